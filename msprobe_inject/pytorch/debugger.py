@@ -1,0 +1,233 @@
+"""The explicit API, mirroring ``msprobe.pytorch``: replace the import and nothing else changes."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .. import config as _config
+from . import hooks
+
+_lock = threading.Lock()
+_runtime: Optional[hooks.Runtime] = None
+
+
+def get_runtime() -> Optional[hooks.Runtime]:
+    return _runtime
+
+
+def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> hooks.Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = hooks.Runtime(cfg, zero_code=zero_code)
+        return _runtime
+
+
+class PrecisionDebugger:
+    """Singleton, like msprobe's: later constructions return the first instance and ignore their arguments."""
+
+    _instance: Optional[PrecisionDebugger] = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> PrecisionDebugger:
+        if cls._instance is None:
+            inst = super().__new__(cls)
+            inst._initialized = False
+            cls._instance = inst
+        return cls._instance
+
+    def __init__(self, config_path: Optional[str] = None, task: Optional[str] = None,
+                 dump_path: Optional[str] = None, level: Optional[str] = None, step: Optional[list] = None):
+        if self._initialized:
+            return
+        rt = get_runtime()
+        if rt is not None and rt.zero_code:
+            # launched zero-code: the script's own debugger takes control of start/stop/step
+            rt.manual = True
+            self.runtime = rt
+            self.config = rt.cfg
+            self._initialized = True
+            return
+        overrides = {"task": task, "dump_path": dump_path, "level": level, "step": step}
+        cfg = _config.resolve(config_path, overrides)
+        self.config = cfg
+        self.runtime = install_runtime(cfg, zero_code=False)
+        self._initialized = True
+
+    @classmethod
+    def _rt(cls) -> Optional[hooks.Runtime]:
+        inst = cls._instance
+        return getattr(inst, "runtime", None) if inst is not None else None
+
+    @classmethod
+    def start(cls, model=None, token_range=None, rank_id: Optional[int] = None) -> None:
+        rt = cls._rt()
+        if rt is None:
+            warnings.warn("PrecisionDebugger.start() called before PrecisionDebugger(...) was created", stacklevel=2)
+            return
+        if rt.cfg.level in ("L0", "mix") and model is None and not rt.hooked_models and not rt.zero_code:
+            raise ValueError("PrecisionDebugger.start(): missing the parameter 'model' (required at level "
+                             f"{rt.cfg.level})")
+        if token_range is not None:
+            if model is None:
+                raise ValueError("PrecisionDebugger.start(): token_range requires the parameter 'model'")
+            if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in token_range)
+                    or token_range[0] > token_range[1]):
+                raise ValueError(f"token_range must be [start, end] with 0 <= start <= end, got {token_range!r}")
+        if rank_id is not None and (not isinstance(rank_id, int) or isinstance(rank_id, bool) or rank_id < 0):
+            raise ValueError(f"rank_id must be an int >= 0, got {rank_id!r}")
+        try:
+            rt.start(model=model, token_range=token_range, rank_id=rank_id)
+        except TypeError:
+            raise
+        except Exception as exc:
+            rt.writer.log_error(f"start() failed: {exc}")
+
+    @classmethod
+    def stop(cls) -> None:
+        rt = cls._rt()
+        if rt is not None:
+            try:
+                rt.stop()
+            except Exception as exc:
+                rt.writer.log_error(f"stop() failed: {exc}")
+
+    @classmethod
+    def step(cls) -> None:
+        rt = cls._rt()
+        if rt is not None:
+            try:
+                rt.step()
+            except Exception as exc:
+                rt.writer.log_error(f"step() failed: {exc}")
+
+    @classmethod
+    def set_init_step(cls, step: int) -> None:
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"set_init_step: {step!r} must be an int greater than or equal to 0")
+        rt = cls._rt()
+        if rt is not None:
+            rt.session.set_init_step(step)
+
+    @classmethod
+    def save(cls, variable: Any, name: str, save_backward: bool = True) -> None:
+        rt = cls._rt()
+        if rt is not None:
+            rt.save(variable, name, save_backward)
+
+    @classmethod
+    def register_custom_api(cls, module: Any, api: str, api_prefix: Optional[str] = None) -> None:
+        rt = cls._rt()
+        if rt is None:
+            return
+        orig = getattr(module, api)
+        prefix = api_prefix or getattr(module, "__name__", type(module).__name__)
+        _custom_originals[(id(module), api)] = orig
+
+        def wrapper(*args, **kwargs):
+            return rt.call_custom(orig, prefix, api, args, kwargs)
+
+        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+        wrapper.__name__ = getattr(orig, "__name__", api)
+        setattr(module, api, wrapper)
+
+    @classmethod
+    def restore_custom_api(cls, module: Any, api: str) -> None:
+        orig = _custom_originals.pop((id(module), api), None)
+        if orig is not None:
+            setattr(module, api, orig)
+
+
+_custom_originals: dict = {}
+
+
+def module_dump(module: torch.nn.Module, dump_name: str) -> None:
+    """Dump one module (not its children, no APIs inside it) under Module.{dump_name}.{Class}."""
+    rt = PrecisionDebugger._rt()
+    if rt is None:
+        return
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module_dump: module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(dump_name, str):
+        raise TypeError("module_dump: dump_name must be a str")
+    if module in rt.module_names:
+        return  # already hooked by start(model)
+    prefix = f"Module.{dump_name}.{type(module).__name__}."
+    rt.module_names[module] = prefix
+    rt._md_prefix = prefix
+    rt._md_module = module
+    rt.api_suspended = True
+    rt._set_api(False)
+    if rt.cfg.level not in ("L0", "mix"):
+        rt.module_level = True
+
+
+def module_dump_end() -> None:
+    rt = PrecisionDebugger._rt()
+    if rt is None:
+        return
+    mod = getattr(rt, "_md_module", None)
+    if mod is not None:
+        rt.module_names.pop(mod, None)
+    rt._md_module = None
+    rt._md_prefix = None
+    rt.api_suspended = False
+    rt.module_level = rt.cfg.level in ("L0", "mix")
+    if rt.session.running:
+        rt._set_api(rt.api_level)
+
+
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False, is_enhanced: bool = False) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 2**32 - 1:
+        raise ValueError(f"seed_all: seed must be an int in [0, 2**32-1], got {seed!r}")
+    for name, v in (("mode", mode), ("rm_dropout", rm_dropout), ("is_enhanced", is_enhanced)):
+        if not isinstance(v, bool):
+            raise ValueError(f"seed_all: {name} must be a bool, got {v!r}")
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(mode)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.enabled = True
+        torch.backends.cudnn.benchmark = False
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if rm_dropout:
+        import torch.nn.functional as F
+
+        for fname in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"):
+            orig = getattr(F, fname, None)
+            if orig is None:
+                continue
+
+            def _zero(*args, __orig=orig, **kwargs):
+                if len(args) > 1:
+                    args = (args[0], 0.0, *args[2:])
+                else:
+                    kwargs["p"] = 0.0
+                return __orig(*args, **kwargs)
+
+            setattr(F, fname, _zero)
+
+
+def random_save(output_path: str = "./output") -> None:
+    """Record every call to a random API (torch and Python) with its stack, to random_{rank}_{ts}.csv."""
+    from .random_log import install
+
+    install(output_path)
+
+
+def save(variable: Any, name: str, save_backward: bool = True) -> None:
+    PrecisionDebugger.save(variable, name, save_backward)
+
+
+

@@ -1,0 +1,314 @@
+"""Values to msprobe's JSON encodings; tensor statistics reduced on the tensor's device.
+
+Statistics are computed when the hook runs (a snapshot: later in-place updates do not change
+them) but stay device tensors until the writer thread resolves them, so the training thread
+never waits on a host synchronisation per tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from .. import layout
+
+MAX_DEPTH = 400
+_FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                              "float8_e8m0fnu", "float4_e2m1fn_x2") if hasattr(torch, n))
+_DTYPE_STR: Dict[torch.dtype, str] = {}
+_BUILTIN = (bool, int, float, str, slice, type(Ellipsis))
+_NP_SCALAR = (np.integer, np.floating, np.bool_, np.complexfloating, np.str_)
+try:
+    import torch.distributed as _dist
+
+    _PG = getattr(_dist, "ProcessGroup", ())
+    _P2P = getattr(_dist, "P2POp", ())
+    _REDUCE_OP = getattr(_dist, "ReduceOp", ())
+except Exception:  # pragma: no cover - distributed unavailable
+    _dist = None
+    _PG = _P2P = _REDUCE_OP = ()
+
+
+def dtype_str(dtype: torch.dtype) -> str:
+    s = _DTYPE_STR.get(dtype)
+    if s is None:
+        s = _DTYPE_STR[dtype] = str(dtype)
+    return s
+
+
+class Pending(list):
+    """(entry, stat tensor, kind) triples of one record, resolved in the writer thread."""
+
+
+def resolve(pending: list) -> None:
+    for entry, stat, kind in pending:
+        vals = stat.tolist()
+        if kind == "f":
+            entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = vals
+        elif kind == "i":
+            entry["Max"], entry["Min"] = vals
+        elif kind == "b":
+            entry["Max"], entry["Min"] = bool(vals[0]), bool(vals[1])
+        elif kind == "s":
+            v = vals[0]
+            entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = v
+        elif kind == "c":
+            entry["Max"], entry["Min"], entry["Mean"] = vals
+
+
+def stat_of(t: torch.Tensor, high_precision: bool):
+    """(stat tensor, kind) for a detached tensor, or (None, None) when msprobe writes nulls."""
+    dt = t.dtype
+    if t.is_meta or dt in _FLOAT8 or t.numel() == 0:
+        return None, None
+    if t.layout != torch.strided:
+        try:
+            t = t.to_dense()
+        except Exception:
+            return None, None
+    if t.is_complex():
+        a = t.abs()
+        return torch.stack([a.max(), a.min(), a.mean()]), "c"
+    if dt is torch.bool:
+        return torch.stack([t.any(), t.all()]), "b"
+    if t.dim() == 0:
+        return t.reshape(1).clone(), "s"
+    if t.is_floating_point() and dt is not torch.float64 and not high_precision:
+        mn, mx = torch.aminmax(t)
+        return torch.stack([mx, mn, t.mean(), torch.norm(t)]), "f"
+    mn, mx = torch.aminmax(t)
+    return torch.stack([mx, mn]), "i"
+
+
+def raw_bytes(t: torch.Tensor):
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous().reshape(-1)
+    if t.numel() == 0:
+        return memoryview(b"")
+    return t.view(torch.uint8).numpy()
+
+
+def crc32_hex(t: torch.Tensor) -> Optional[str]:
+    if t.is_meta:
+        return None
+    return f"{zlib.crc32(raw_bytes(t)):08x}"
+
+
+def xor_hex(t: torch.Tensor) -> Optional[str]:
+    if t.is_meta or t.numel() == 0:
+        return None
+    b = raw_bytes(t)
+    pad = (-len(b)) % 8
+    if pad:
+        b = np.concatenate([b, np.zeros(pad, dtype=np.uint8)])
+    words = np.frombuffer(b, dtype="<u8")
+    return f"0x{int(np.bitwise_xor.reduce(words)):016x}"
+
+
+def save_pt(tensor: torch.Tensor, path: str) -> None:
+    """torch.save into a file created without following symlinks, 0640, atomically."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save(tensor, buf)
+    layout.write_atomic(path, buf.getvalue())
+
+
+class Encoder:
+    """Encodes one record's values. One instance per session; per-record state passed in."""
+
+    def __init__(self, cfg, tensor_dir_fn, writer):
+        self.cfg = cfg
+        self.high = cfg.precision == "high"
+        self.summary = cfg.summary_mode
+        self.structure = cfg.task == "structure"
+        self.save_all = cfg.task == "tensor"
+        self.tensor_list = list(cfg.tensor_list)
+        self._tensor_dir = tensor_dir_fn
+        self._writer = writer
+
+    def wants_files(self, key: str) -> bool:
+        return self.save_all or (bool(self.tensor_list) and any(s in key for s in self.tensor_list))
+
+    # -- entry points --
+    def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
+        """Encode a value. file_prefix is the tensor file stem ('{key}.input') or None for no files."""
+        return self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
+
+    def tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
+        try:
+            return self._tensor(t, pending, file_name)
+        except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
+            return {"type": "torch.Tensor", "error": f"{type(exc).__name__}: {exc}"[:200]}
+
+    # -- internals --
+    def _enc(self, v, pending, prefix, keys, depth, seen):
+        if isinstance(v, torch.Tensor):
+            name = None
+            if prefix is not None:
+                name = ".".join([prefix, *(str(k) for k in keys)]) + ".pt"
+            return self.tensor(v, pending, name)
+        if v is None:
+            return None
+        if isinstance(v, (torch.dtype, torch.device)):
+            last = keys[-1] if keys else None
+            if isinstance(v, torch.dtype) and last in ("dtype", "output_dtype"):
+                return {"type": "torch.dtype", "value": str(v)}
+            if isinstance(v, torch.device) and last == "device":
+                return {"type": "torch.device", "value": f"{v.type}:{v.index}"}
+            return {}
+        if keys and keys[-1] == "device" and isinstance(v, (int, str)) and not isinstance(v, bool):
+            return {"type": "torch.device", "value": v}
+        if isinstance(v, _BUILTIN):
+            return _builtin(v)
+        if isinstance(v, torch.Size):
+            return {"type": "torch.Size", "value": [int(x) for x in v]}
+        if depth >= MAX_DEPTH:
+            return None
+        vid = id(v)
+        if isinstance(v, (list, tuple, dict)) or dataclasses.is_dataclass(v):
+            if vid in seen:
+                return None  # cyclic structure: the back reference is written as null
+            seen.add(vid)
+            try:
+                return self._container(v, pending, prefix, keys, depth, seen)
+            finally:
+                seen.discard(vid)
+        if isinstance(v, torch.memory_format):
+            return {"type": "torch.memory_format", "format": str(v).replace("torch.", "")}
+        if isinstance(v, np.ndarray):
+            return self._ndarray(v)
+        if isinstance(v, _NP_SCALAR):
+            try:
+                return {"type": type(v).__name__, "value": v.item()}
+            except Exception:
+                return None
+        if _PG and isinstance(v, _PG):
+            return _process_group(v)
+        if _REDUCE_OP and isinstance(v, _REDUCE_OP):
+            return {"type": "torch.distributed.ReduceOp", "value": str(v)}
+        if _P2P and isinstance(v, _P2P):
+            return self._p2p(v, pending, prefix, keys)
+        return None
+
+    def _container(self, v, pending, prefix, keys, depth, seen):
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            v = {f: getattr(v, f) for f in v._fields}
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            v = {f: getattr(v, f, None) for f in v.__dataclass_fields__}
+        if isinstance(v, dict):
+            out = {}
+            for k, item in v.items():
+                keys.append(k)
+                try:
+                    out[k if isinstance(k, str) else str(k)] = self._enc(item, pending, prefix, keys, depth + 1, seen)
+                finally:
+                    keys.pop()
+            return out
+        out_l = []
+        for i, item in enumerate(v):
+            keys.append(i)
+            try:
+                out_l.append(self._enc(item, pending, prefix, keys, depth + 1, seen))
+            finally:
+                keys.pop()
+        return out_l
+
+    def _tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
+        with torch.no_grad():
+            d = t.detach()
+            entry: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape)}
+            if self.summary == "xor" and not self.structure:
+                entry["md5"] = xor_hex(d) if d.dim() else _scalar(d)
+                entry["requires_grad"] = t.requires_grad
+                return entry
+            if not self.structure:
+                entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = None
+                stat, kind = stat_of(d, self.high)
+                if stat is not None:
+                    pending.append((entry, stat, kind))
+            entry["requires_grad"] = t.requires_grad
+            if self.structure:
+                return entry
+            if file_name is not None and not d.is_meta:
+                fname = layout.safe_component(file_name)
+                snap = d.clone().contiguous()
+                if snap.layout != torch.strided:
+                    snap = snap.to_dense()
+                entry["data_name"] = fname
+                self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap,
+                                         snap.numel() * snap.element_size())
+            if self.summary == "md5":
+                entry["md5"] = crc32_hex(d) if d.layout == torch.strided else crc32_hex(d.to_dense())
+            return entry
+
+    def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:
+        e: Dict[str, Any] = {"type": "numpy.ndarray", "dtype": str(a.dtype), "shape": list(a.shape)}
+        try:
+            if a.size and a.dtype.kind in "fiub":
+                e.update(Max=a.max().item(), Min=a.min().item())
+                if a.dtype.kind == "f":
+                    e.update(Mean=a.mean().item(), Norm=float(np.linalg.norm(a)))
+                else:
+                    e.update(Mean=None, Norm=None)
+        except Exception:
+            pass
+        return e
+
+    def _p2p(self, v, pending, prefix, keys):
+        out: Dict[str, Any] = {"class_type": "torch.distributed.P2POp"}
+        try:
+            out["tensor"] = self.tensor(v.tensor, pending, None)
+            out["op"] = getattr(v.op, "__name__", str(v.op))
+            out["peer"] = v.peer
+            out["tag"] = v.tag
+            group = v.group if v.group is not None else _dist.distributed_c10d._get_default_group()
+            out["group_id"] = _process_group(group).get("group_id")
+        except Exception:
+            pass
+        return out
+
+
+def _scalar(d: torch.Tensor):
+    try:
+        return d.item()
+    except Exception:
+        return None
+
+
+def _builtin(v):
+    if isinstance(v, bool):
+        return {"type": "bool", "value": v}
+    if isinstance(v, int):
+        return {"type": "int", "value": v}
+    if isinstance(v, float):
+        return {"type": "float", "value": v}
+    if isinstance(v, str):
+        return {"type": "str", "value": v}
+    if isinstance(v, slice):
+        vals: List[Any] = []
+        for x in (v.start, v.stop, v.step):
+            if isinstance(x, torch.Tensor):
+                x = x.item() if x.numel() == 1 else None
+            elif x is not None and not isinstance(x, (int, float)):
+                x = None
+            vals.append(x)
+        return {"type": "slice", "value": vals}
+    return {"type": "ellipsis", "value": "..."}
+
+
+def _process_group(pg) -> Dict[str, Any]:
+    info: Dict[str, Any] = {"type": "torch.ProcessGroup"}
+    try:
+        ranks = _dist.get_process_group_ranks(pg)
+        info["group_ranks"] = ranks
+        info["group_id"] = f"{zlib.crc32(str(ranks).encode('utf-8')):08x}"
+    except Exception:
+        pass
+    return info

@@ -1,0 +1,223 @@
+"""Step and rank bookkeeping, counters, filters and directories: everything that is not framework code."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+from . import layout
+from .config import DumpConfig
+from .writer import DumpWriter
+
+
+class Filters:
+    """scope / list decisions; counters are never affected by filtering."""
+
+    def __init__(self, cfg: DumpConfig):
+        self.plain = [s for s in cfg.list if not (s.startswith("name-regex(") and s.endswith(")"))]
+        self.regex = [re.compile(s[len("name-regex("):-1]) for s in cfg.list
+                      if s.startswith("name-regex(") and s.endswith(")")]
+        self.has_list = bool(cfg.list)
+        self.scope = list(cfg.scope)
+        self.level = cfg.level
+        self._scope_state = 0  # 0 before, 1 inside, 2 after
+        self._closing: Optional[str] = None
+
+    @property
+    def active(self) -> bool:
+        return self.has_list or bool(self.scope)
+
+    def reset(self) -> None:
+        self._scope_state = 0
+        self._closing = None
+
+    def list_match(self, key: str) -> bool:
+        return any(s in key for s in self.plain) or any(r.search(key) for r in self.regex)
+
+    def keep(self, key: str, enclosing: List[str]) -> bool:
+        """enclosing: keys of the module forwards running around this record (mix-level list semantics)."""
+        ok = True
+        if self.scope:
+            if self._scope_state == 0 and key == self.scope[0]:
+                self._scope_state = 1
+            ok = self._scope_state == 1
+            if ok and key == self.scope[1]:
+                self._closing = key
+        if ok and self.has_list:
+            ok = self.list_match(key) or (self.level == "mix" and any(self.list_match(m) for m in enclosing))
+        return ok
+
+    def finished(self, key: str) -> None:
+        """Called when a record completes; closes the scope after its end record (output kept)."""
+        if self._closing is not None and key == self._closing:
+            self._scope_state = 2
+            self._closing = None
+
+
+class Session:
+    """One per process. Holds what msprobe's service holds, minus the framework."""
+
+    def __init__(self, cfg: DumpConfig, framework: str, rank_fn: Callable[[], Optional[int]],
+                 resolver: Callable[[list], None], save_tensor: Callable[[Any, str], None]):
+        self.cfg = cfg
+        self.framework = framework
+        self._rank_fn = rank_fn
+        overflow = None
+        if cfg.task == "overflow_check":
+            overflow = cfg.overflow_nums if cfg.overflow_nums > 0 else 10**12
+        self.writer = DumpWriter(resolver, save_tensor, cfg.pending_bytes, overflow)
+        self.filters = Filters(cfg)
+        self.lock = threading.RLock()
+        self.running = False
+        self.ended = False
+        self.init_step = 0
+        self.loop = 0
+        self.rank: Optional[int] = None
+        self.rank_fixed = False
+        self.pid = os.getpid()
+        self.api_counts: Dict[str, int] = {}
+        self.module_counts: Dict[str, int] = {}
+        self.pgrad_counts: Dict[str, list] = {}
+        self.debug_counts: Dict[str, int] = {}
+        self._open_dir: Optional[str] = None
+        self._open_kind: Optional[str] = None
+        self.root: Optional[str] = None
+
+    # ---- steps ----
+    @property
+    def step(self) -> int:
+        return self.init_step + self.loop
+
+    def step_selected(self, step: Optional[int] = None) -> bool:
+        s = self.step if step is None else step
+        return not self.cfg.step or s in self.cfg.step
+
+    def rank_selected(self) -> bool:
+        rank = self.current_rank()
+        return not self.cfg.rank or rank is None or rank in self.cfg.rank
+
+    def next_step(self) -> None:
+        self.flush()
+        self.api_counts.clear()
+        self.module_counts.clear()
+        self.pgrad_counts.clear()
+        self.debug_counts.clear()
+        self.filters.reset()
+        self._open_dir = None
+        self.loop += 1
+        if self.cfg.step and self.step > max(self.cfg.step):
+            self.ended = True
+            self.running = False
+            self.writer.close()
+
+    def set_init_step(self, step: int) -> None:
+        self.init_step = step
+        self.loop = 0
+
+    # ---- ranks and directories ----
+    def current_rank(self) -> Optional[int]:
+        if not self.rank_fixed:
+            r = self._rank_fn()
+            if r is not None:
+                self.rank = r
+                self.rank_fixed = True
+        return self.rank
+
+    def fix_rank(self, rank: int) -> None:
+        if not self.rank_fixed:
+            self.rank = rank
+            self.rank_fixed = True
+
+    def _root(self) -> str:
+        if self.root is None:
+            root = self.cfg.dump_path
+            try:
+                from . import coord  # optional: shared-file-system coordination
+
+                root = coord.resolve_process_root(self.cfg.dump_path, self.current_rank())
+                coord.manifest_register(self.cfg.dump_path, rank=self.current_rank(), root=root,
+                                        config=self.cfg.to_dict())
+            except ImportError:
+                pass
+            except Exception as exc:
+                self.writer.log_error(f"coordination: {exc}")
+            self.root = root
+        return self.root
+
+    def rank_dir(self) -> str:
+        name = layout.rank_dir_name(self.current_rank(), os.getpid())
+        return os.path.join(self._root(), f"step{self.step}", name)
+
+    def header(self, level: Optional[str] = None) -> Dict[str, Any]:
+        cfg = self.cfg
+        tensor_dir = None
+        if cfg.task == "tensor" or (cfg.task == "statistics" and cfg.tensor_list):
+            tensor_dir = os.path.join(cfg.dump_path, f"step{self.step}",
+                                      layout.rank_dir_name(self.current_rank(), os.getpid()), "dump_tensor_data")
+        return {"task": cfg.task, "level": level or cfg.level, "framework": self.framework,
+                "dump_data_dir": tensor_dir, "_extra_info": cfg.extra_info, "_step": self.step}
+
+    def ensure_open(self, kind: str = "dump") -> str:
+        """Open the rank directory of the current step (once per step) and return it."""
+        d = self.rank_dir()
+        if d != self._open_dir or kind != self._open_kind:
+            self._open_dir = d
+            self._open_kind = kind
+            header = self.header("debug" if kind == "debug" else None)
+            if kind == "dump" and header["dump_data_dir"] is not None:
+                try:
+                    layout.makedirs(os.path.join(d, "dump_tensor_data"))
+                except OSError as exc:
+                    self.writer.log_error(f"cannot create {d}/dump_tensor_data: {exc}", d)
+            self.writer.open_step(d, header, kind)
+        return d
+
+    def tensor_dir(self) -> str:
+        return os.path.join(self._open_dir or self.rank_dir(), "dump_tensor_data")
+
+    # ---- counters ----
+    def next_api_index(self, base: str) -> int:
+        return self.api_counts.get(base, 0)
+
+    def finish_api(self, base: str) -> None:
+        self.api_counts[base] = self.api_counts.get(base, 0) + 1
+
+    def next_module_index(self, base: str) -> int:
+        n = self.module_counts.get(base, -1) + 1
+        self.module_counts[base] = n
+        return n
+
+    def pgrad_index(self, module_key: str, param: str) -> int:
+        cur = self.pgrad_counts.get(module_key)
+        if cur is None:
+            self.pgrad_counts[module_key] = [0, param]
+            return 0
+        if cur[1] == param:
+            cur[0] += 1
+        return cur[0]
+
+    def debug_index(self, name: str) -> int:
+        n = self.debug_counts.get(name, 0)
+        self.debug_counts[name] = n + 1
+        return n
+
+    # ---- lifecycle ----
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            try:
+                from . import coord
+
+                if self.root is not None:
+                    coord.manifest_finish(self.cfg.dump_path, rank=self.rank, root=self.root,
+                                          steps=sorted(self.writer.steps_written), status="finished")
+            except ImportError:
+                pass
+            except Exception:
+                pass

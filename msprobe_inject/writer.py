@@ -1,0 +1,354 @@
+"""The writer: one per process, off the training thread.
+
+Records arrive as events on a queue. A background thread resolves their pending statistics,
+appends them to an append-only journal in the rank directory (so a kill -9 loses nothing that
+was journaled), keeps the step's records in order, and assembles dump.json, stack.json and
+construct.json (or debug.json) at flush points. Errors are logged to dump_error_info.log and
+warned about once; they never reach the training code.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import queue
+import threading
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import layout
+
+JOURNAL = "dump.journal"
+ERROR_LOG = "dump_error_info.log"
+_JSON_FILES = ("dump.json", "stack.json", "construct.json")
+_STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
+
+
+def format_stack(frames: Tuple[Tuple[str, int, str], ...]) -> List[str]:
+    out = []
+    for path, line, func in frames:
+        if any(s in path for s in _STACK_SKIP):
+            continue
+        src = linecache.getline(path, line).strip()
+        if src:
+            out.append(f"File {path}, line {line}, in {func}, \n {src}")
+    return out
+
+
+class StepState:
+    """The records of one step of one rank, in msprobe's order."""
+
+    def __init__(self, directory: str, header: Dict[str, Any], kind: str):
+        self.directory = directory
+        self.header = header
+        self.kind = kind  # "dump" or "debug"
+        self.data: Dict[str, Any] = {}
+        self.stacks: Dict[Tuple, List[str]] = {}  # frames -> keys
+        self.stack_text: Dict[Tuple, List[str]] = {}
+        self.construct: Dict[str, Any] = {}
+        self.journal = None
+        self.dirty = True
+        self.incomplete = False
+
+    def apply(self, op: str, key: str, value: Any) -> None:
+        if op == "set":
+            self.data[key] = value
+        elif op == "move":
+            self.data.pop(key, None)
+            self.data[key] = value
+        elif op == "update":  # merge fields into an existing record, keeping its position
+            cur = self.data.get(key)
+            if isinstance(cur, dict) and isinstance(value, dict):
+                cur.update(value)
+            else:
+                self.data[key] = value
+        elif op == "construct":
+            self.construct[key] = value
+        elif op == "stack":
+            frames = tuple(value)
+            self.stack_text.setdefault(frames, list(value))
+            self.stacks.setdefault(frames, []).append(key)
+        self.dirty = True
+
+    def documents(self) -> Dict[str, Any]:
+        body = {k: v for k, v in self.header.items() if not k.startswith("_")}
+        body["data"] = self.data
+        if self.kind == "debug":
+            return {"debug.json": body}
+        docs: Dict[str, Any] = {"dump.json": body}
+        if self.header.get("_extra_info", True):
+            docs["stack.json"] = {str(i): [keys, list(fr)] for i, (fr, keys) in enumerate(self.stacks.items())}
+            docs["construct.json"] = self.construct
+        body.pop("_extra_info", None)
+        return docs
+
+
+class DumpWriter:
+    """Background writer for one process. All public methods are safe to call from hooks."""
+
+    def __init__(self, resolver: Callable[[list], None], save_tensor: Callable[[Any, str], None],
+                 pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None):
+        self._resolver = resolver
+        self._save_tensor = save_tensor
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+        self._state: Optional[StepState] = None
+        self._pid = os.getpid()
+        self._errors_seen: set = set()
+        self._error_dirs: List[str] = []
+        self._failed_dirs: set = set()
+        self.error_count = 0
+        self._budget = pending_bytes
+        self._pending = 0
+        self._cv = threading.Condition()
+        self._overflow_left = overflow_nums  # None: keep every record
+        self.steps_written: List[int] = []
+
+    # ---- called from the training thread ----
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._q = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._run, name="msprobe-writer", daemon=True)
+            self._thread.start()
+
+    def open_step(self, directory: str, header: Dict[str, Any], kind: str = "dump") -> None:
+        self._ensure_thread()
+        self._q.put(("open", directory, header, kind))
+
+    def put(self, op: str, key: str, value: Any, pending: Optional[list] = None) -> None:
+        self._q.put((op, key, value, pending))
+
+    def put_stack(self, key: str, frames: tuple) -> None:
+        self._q.put(("stack", key, frames, None))
+
+    def put_construct(self, key: str, parent: Any) -> None:
+        self._q.put(("construct", key, parent, None))
+
+    def save_tensor(self, path: str, tensor: Any, nbytes: int) -> None:
+        """Queue a tensor file; waits while queued tensors exceed the memory budget."""
+        with self._cv:
+            while self._pending > 0 and self._pending + nbytes > self._budget:
+                if not self._cv.wait(timeout=60):
+                    break
+            self._pending += nbytes
+        self._q.put(("tensor", path, tensor, nbytes))
+
+    def flush(self, timeout: float = 600.0) -> None:
+        """Write the current step's json files; blocks until everything queued so far is on disk."""
+        if self._thread is None:
+            return
+        ev = threading.Event()
+        self._q.put(("flush", None, ev, None))
+        if self._thread.is_alive():
+            ev.wait(timeout)
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        self.flush()
+        ev = threading.Event()
+        self._q.put(("close", None, ev, None))
+        if self._thread.is_alive():
+            ev.wait(30)
+        self._thread = None
+
+    def log_error(self, message: str, directory: Optional[str] = None) -> None:
+        """Log a tool error to dump_error_info.log and warn once per distinct message."""
+        self.error_count += 1
+        d = directory or (self._state.directory if self._state else None)
+        first = message not in self._errors_seen
+        self._errors_seen.add(message)
+        if first:
+            warnings.warn(f"[msprobe-launch] {message}", RuntimeWarning, stacklevel=2)
+        if d is None or d in self._failed_dirs:
+            return
+        try:
+            layout.makedirs(d)
+            with layout.open_append(os.path.join(d, ERROR_LOG)) as fh:
+                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid={os.getpid()} {message}\n".encode())
+        except OSError:
+            pass
+
+    # ---- the writer thread ----
+    def _run(self) -> None:
+        while True:
+            batch = [self._q.get()]
+            try:
+                while len(batch) < 512:
+                    batch.append(self._q.get_nowait())
+            except queue.Empty:
+                pass
+            lines: List[bytes] = []
+            for ev in batch:
+                try:
+                    stop = self._handle(ev, lines)
+                except Exception as exc:  # never let the thread die
+                    stop = False
+                    self.log_error(f"writer: {type(exc).__name__}: {exc}")
+                if stop:
+                    self._write_journal(lines)
+                    return
+            self._write_journal(lines)
+
+    def _handle(self, ev, lines: List[bytes]) -> bool:
+        op = ev[0]
+        if op == "open":
+            self._write_journal(lines)
+            lines.clear()
+            self._finish_step()
+            _, directory, header, kind = ev
+            self._state = StepState(directory, header, kind)
+            try:
+                layout.makedirs(directory)
+                self._state.journal = layout.open_append(os.path.join(directory, JOURNAL))
+                head = dict(header, _kind=kind)
+                self._state.journal.write(json.dumps({"op": "open", "v": head}).encode() + b"\n")
+                self._write_documents()  # msprobe writes empty files at the first start() of a step
+            except OSError as exc:
+                self._dir_failed(directory, exc)
+            return False
+        if op == "flush":
+            self._write_journal(lines)
+            lines.clear()
+            self._write_documents()
+            ev[2].set()
+            return False
+        if op == "close":
+            self._write_journal(lines)
+            lines.clear()
+            self._finish_step()
+            ev[2].set()
+            return True
+        if op == "tensor":
+            _, path, tensor, nbytes = ev
+            try:
+                if self._state is None or self._state.directory not in self._failed_dirs:
+                    self._save_tensor(tensor, path)
+            except Exception as exc:
+                self.log_error(f"cannot write tensor file {os.path.basename(path)}: {exc}",
+                               os.path.dirname(os.path.dirname(path)))
+            finally:
+                with self._cv:
+                    self._pending -= nbytes
+                    self._cv.notify_all()
+            return False
+        st = self._state
+        if st is None:
+            return False
+        _, key, value, pending = ev
+        if op == "stack":
+            value = format_stack(value)
+        if pending:
+            self._resolver(pending)
+            if self._overflow_left is not None and op in ("set", "move", "update"):
+                if not _has_nonfinite(value):
+                    return False
+                if self._overflow_left == 0:
+                    return False
+                if op != "update" and key not in st.data:
+                    self._overflow_left -= 1
+        elif self._overflow_left is not None and op in ("set", "move", "update"):
+            return False
+        st.apply(op, key, value)
+        if st.journal is not None:
+            lines.append(json.dumps({"op": op, "k": key, "v": value}).encode() + b"\n")
+        return False
+
+    def _write_journal(self, lines: List[bytes]) -> None:
+        st = self._state
+        if not lines or st is None or st.journal is None:
+            return
+        try:
+            st.journal.write(b"".join(lines))
+        except OSError as exc:
+            self._dir_failed(st.directory, exc)
+        lines.clear()
+
+    def _write_documents(self) -> None:
+        st = self._state
+        if st is None or not st.dirty or st.directory in self._failed_dirs:
+            return
+        try:
+            for name, doc in st.documents().items():
+                if name in ("stack.json", "construct.json") and not doc and os.path.exists(
+                        os.path.join(st.directory, name)):
+                    continue
+                layout.write_atomic(os.path.join(st.directory, name), layout.dumps_json(doc))
+            st.dirty = False
+        except OSError as exc:
+            self._dir_failed(st.directory, exc)
+
+    def _finish_step(self) -> None:
+        st = self._state
+        if st is None:
+            return
+        self._write_documents()
+        if st.journal is not None:
+            try:
+                st.journal.write(b'{"op": "end"}\n')
+                st.journal.close()
+            except OSError:
+                pass
+        step = st.header.get("_step")
+        if isinstance(step, int) and step not in self.steps_written:
+            self.steps_written.append(step)
+        self._state = None
+
+    def _dir_failed(self, directory: str, exc: OSError) -> None:
+        if directory in self._failed_dirs:
+            return
+        self.log_error(f"cannot write dump files in {directory}: {exc}; dumping there stops", directory)
+        self._failed_dirs.add(directory)
+
+
+def _has_nonfinite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k in ("Max", "Min", "Mean", "Norm"):
+                x = v.get(k)
+                if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
+                    return True
+            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def recover(rank_dir: str) -> Dict[str, Any]:
+    """Rebuild the json files of a rank directory from its journal (after a crash).
+
+    Returns {"records": n, "complete": bool}. A step whose journal lacks the end marker is
+    marked incomplete in dump.json ("incomplete": true) so readers can tell.
+    """
+    path = os.path.join(rank_dir, JOURNAL)
+    st: Optional[StepState] = None
+    complete = False
+    n = 0
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                break  # torn last line
+            op = ev.get("op")
+            if op == "open":
+                head = dict(ev["v"])
+                kind = head.pop("_kind", "dump")
+                st = StepState(rank_dir, head, kind)
+            elif op == "end":
+                complete = True
+            elif st is not None:
+                st.apply(op, ev.get("k"), ev.get("v"))
+                n += 1
+    if st is None:
+        return {"records": 0, "complete": False}
+    if not complete:
+        st.header["incomplete"] = True
+    for name, doc in st.documents().items():
+        layout.write_atomic(os.path.join(rank_dir, name), layout.dumps_json(doc))
+    return {"records": n, "complete": complete}
