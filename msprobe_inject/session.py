@@ -11,6 +11,16 @@ from . import layout
 from .config import DumpConfig
 from .writer import DumpWriter
 
+_RANK_VARS = ("RANK", "RANK_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def rank_from_env() -> Optional[int]:
+    for var in _RANK_VARS:
+        v = os.environ.get(var)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return None
+
 
 class Filters:
     """scope / list decisions; counters are never affected by filtering."""
@@ -83,6 +93,7 @@ class Session:
         self.debug_counts: Dict[str, int] = {}
         self._open_dir: Optional[str] = None
         self._open_kind: Optional[str] = None
+        self._open_step: Optional[int] = None
         self.root: Optional[str] = None
 
     # ---- steps ----
@@ -106,6 +117,7 @@ class Session:
         self.debug_counts.clear()
         self.filters.reset()
         self._open_dir = None
+        self._open_step = None
         self.loop += 1
         if self.cfg.step and self.step > max(self.cfg.step):
             self.ended = True
@@ -123,6 +135,11 @@ class Session:
             if r is not None:
                 self.rank = r
                 self.rank_fixed = True
+                if self._open_dir is not None and os.path.basename(self._open_dir).startswith("proc"):
+                    # dist was initialised after start(): msprobe renames proc{pid} to rank{R}
+                    new = self.rank_dir()
+                    self.writer.put("rename", self._open_dir, new)
+                    self._open_dir = new
         return self.rank
 
     def fix_rank(self, rank: int) -> None:
@@ -154,19 +171,23 @@ class Session:
         cfg = self.cfg
         tensor_dir = None
         if cfg.task == "tensor" or (cfg.task == "statistics" and cfg.tensor_list):
-            tensor_dir = os.path.join(cfg.dump_path, f"step{self.step}",
+            tensor_dir = os.path.join(self._root(), f"step{self.step}",
                                       layout.rank_dir_name(self.current_rank(), os.getpid()), "dump_tensor_data")
         return {"task": cfg.task, "level": level or cfg.level, "framework": self.framework,
                 "dump_data_dir": tensor_dir, "_extra_info": cfg.extra_info, "_step": self.step}
 
     def ensure_open(self, kind: str = "dump") -> str:
         """Open the rank directory of the current step (once per step) and return it."""
+        if self._open_step == self.step and self._open_kind == kind and self._open_dir is not None:
+            self.current_rank()
+            return self._open_dir
+        self._open_step = self.step
         d = self.rank_dir()
         if d != self._open_dir or kind != self._open_kind:
             self._open_dir = d
             self._open_kind = kind
             header = self.header("debug" if kind == "debug" else None)
-            if kind == "dump" and header["dump_data_dir"] is not None:
+            if header["dump_data_dir"] is not None:
                 try:
                     layout.makedirs(os.path.join(d, "dump_tensor_data"))
                 except OSError as exc:

@@ -238,6 +238,19 @@ class DumpWriter:
         st = self._state
         if st is None:
             return False
+        if op == "rename":
+            _, old, new, _unused = ev
+            if st.directory == old and not os.path.exists(new):
+                try:
+                    layout.makedirs(os.path.dirname(new))
+                    os.rename(old, new)
+                    st.directory = new
+                    st.header["dump_data_dir"] = (os.path.join(new, "dump_tensor_data")
+                                                  if st.header.get("dump_data_dir") else None)
+                    st.dirty = True
+                except OSError as exc:
+                    self.log_error(f"cannot rename {old} to {new}: {exc}")
+            return False
         _, key, value, pending = ev
         if op == "stack":
             value = format_stack(value)

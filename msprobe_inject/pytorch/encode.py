@@ -145,7 +145,9 @@ class Encoder:
         try:
             return self._tensor(t, pending, file_name)
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
-            return {"type": "torch.Tensor", "error": f"{type(exc).__name__}: {exc}"[:200]}
+            msg = f"{type(exc).__name__}: {exc}"[:200]
+            self._writer.log_error(f"tensor {file_name or ''} skipped: {msg}")
+            return {"type": "torch.Tensor", "error": msg}
 
     # -- internals --
     def _enc(self, v, pending, prefix, keys, depth, seen):

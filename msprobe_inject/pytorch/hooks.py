@@ -10,6 +10,7 @@ import atexit
 import os
 import sys
 import threading
+import warnings
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -47,6 +48,16 @@ def _rank() -> Optional[int]:
     except Exception:
         pass
     return None
+
+
+def _rank_or_env() -> Optional[int]:
+    """Zero-code: the launcher's rank variables count before torch.distributed is initialised."""
+    r = _rank()
+    if r is None:
+        from ..session import rank_from_env
+
+        r = rank_from_env()
+    return r
 
 
 def _first_tensor(value):
@@ -139,7 +150,7 @@ class DumpMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         rt = self.rt
-        if getattr(_tls, "busy", False) or not rt.api_on or _is_compiling():
+        if getattr(_tls, "busy", False) or getattr(_tls, "in_api", False) or not rt.api_on or _is_compiling():
             return func(*args, **kwargs)
         info = rt.resolve(func, args)
         if info is None:
@@ -155,7 +166,7 @@ class Runtime:
 
     def __init__(self, cfg: DumpConfig, zero_code: bool = False):
         self.cfg = cfg
-        self.session = Session(cfg, "pytorch", _rank, encode.resolve, encode.save_pt)
+        self.session = Session(cfg, "pytorch", _rank_or_env if zero_code else _rank, encode.resolve, encode.save_pt)
         self.writer = self.session.writer
         self.encoder = encode.Encoder(cfg, self.session.tensor_dir, self.writer)
         self.table = apis.ApiTable(cfg.risk_level, cfg.all_apis)
@@ -190,6 +201,8 @@ class Runtime:
         self.pid = os.getpid()
         self.owner_thread = threading.get_ident()
         self._install_global_hooks()
+        # torch warns when a module's inputs need no grad; that is our hook's business, not the user's
+        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with")
         atexit.register(self.shutdown)
 
     # ---------------------------------------------------------------- lifecycle
@@ -208,7 +221,7 @@ class Runtime:
         self._handles.append(om.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(om.register_optimizer_step_post_hook(self._opt_post))
 
-    def start(self, model=None, token_range=None, rank_id: Optional[int] = None) -> None:
+    def start(self, model=None, token_range=None, rank_id: Optional[int] = None, lazy: bool = False) -> None:
         s = self.session
         if s.ended or os.getpid() != self.pid:
             return
@@ -223,7 +236,8 @@ class Runtime:
             self._set_api(False)
             return
         s.running = True
-        s.ensure_open()
+        if not lazy:
+            s.ensure_open()  # msprobe creates the step directory at start(); zero-code waits for a record
         self._set_api(self.api_level and not self.api_suspended and self.token_range is None)
 
     def stop(self) -> None:
@@ -238,7 +252,6 @@ class Runtime:
             return
         self._set_api(False)
         self.session.running = False
-        self._acc.clear()
         self.session.next_step()
 
     def _set_api(self, on: bool) -> None:
@@ -328,6 +341,7 @@ class Runtime:
                 # msprobe records the tree position of filtered APIs too
                 _tls.busy = True
                 try:
+                    s.ensure_open()
                     s.writer.put_construct(fkey, self._api_parent(stack))
                     self._register_api_backward(out, f"{base}{idx}.backward", prefix, api, args, kwargs, False)
                 except Exception as exc:
@@ -392,6 +406,7 @@ class Runtime:
                     value = list(out)
             body["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
         if self.fwd:
+            s.ensure_open()
             s.writer.put("set", fkey, body, pending)
         if self.construct:
             s.writer.put_construct(fkey, self._api_parent(stack))
@@ -494,6 +509,7 @@ class Runtime:
         parent = stack[-1] if stack else None
         keep = s.filters.keep(fkey, stack) if s.filters.active else True
         stack.append(fkey)
+        s.ensure_open()
         if self.construct:
             s.writer.put_construct(fkey, parent)
         body: Dict[str, Any] = {}
@@ -537,7 +553,7 @@ class Runtime:
                 if self.zero_code and not self.manual and _tls.depth == 0 and self.cfg.step_on == "forward" \
                         and id(module) in self.hooked_models and self.session.running:
                     self.step()
-                    self.start()
+                    self.start(lazy=True)
                 return None
             fkey, keep, body, bw = frame
             stack = _stack()
@@ -670,7 +686,7 @@ class Runtime:
             self.hooked_models.add(id(module))
         if not self.session.running and not self.session.ended and not getattr(self, "_auto_started", False):
             self._auto_started = True
-            self.start()
+            self.start(lazy=True)
 
     def _token_tick(self) -> None:
         a, b = self.token_range
@@ -690,7 +706,7 @@ class Runtime:
                 and getattr(self, "_auto_started", False):
             try:
                 self.step()
-                self.start()
+                self.start(lazy=True)
             except Exception as exc:
                 self.writer.log_error(f"step boundary failed: {exc}")
 
