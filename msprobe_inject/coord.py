@@ -1,0 +1,457 @@
+"""Coordination of the processes that share one dump path (possibly on several hosts), with filelock.
+
+Layout decisions (documented in docs/launcher.md):
+
+* Attempt 0 of a job writes directly under ``dump_path``; after an elastic restart
+  (``TORCHELASTIC_RESTART_COUNT=k``, k > 0) a process writes under ``dump_path/attempt{k}/``, so
+  nothing an earlier attempt wrote is ever overwritten.
+* A process claims its rank (``rank{R}``, or ``proc{pid}`` without a rank) for the attempt in
+  ``dump_path/.msprobe/claims/``. If a live process already holds the claim, the newcomer writes under
+  ``<attempt root>/duplicate_rank{R}_{host}_{pid}/`` and a warning names both processes.
+  A claim is stale when its pid is dead (same host), or when it comes from another host and a
+  different known run id (an older job). Claims are released by ``manifest_finish``.
+* ``dump_path/msprobe_manifest.json`` lists every process (rank, host, pid, attempt, root, steps,
+  status), the config and versions. It is rewritten under a lock at process start and end only.
+
+Files are created 0640 and directories 0750 (before umask), never through a symlink; JSON files are
+replaced atomically. Importable without torch. I/O problems degrade to a warning, never an exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import re
+import socket
+import time
+import uuid
+import warnings
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+MANIFEST_NAME = "msprobe_manifest.json"
+META_DIR = ".msprobe"
+CLAIMS_DIR = "claims"
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+LOCK_TIMEOUT = 60.0
+MANIFEST_FORMAT = 1
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+# (abs dump path, claim key, attempt, pid) -> root; the runtime may ask for the root more than once.
+_roots: Dict[Tuple[str, str, int, int], str] = {}
+# abs dump path -> claim files held by this process (released by manifest_finish)
+_held: Dict[Tuple[str, int], List[str]] = {}
+
+
+class CoordError(OSError):
+    """The dump path cannot be used safely (e.g. a symlink where a directory is expected)."""
+
+
+def hostname() -> str:
+    return socket.gethostname() or "localhost"
+
+
+def _safe_host() -> str:
+    # msprobe only accepts paths made of [A-Za-z0-9_.:/-]
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", hostname())
+
+
+def current_attempt() -> int:
+    """The elastic restart count of this process (0 for the first attempt or without torchrun)."""
+    try:
+        return max(0, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0))
+    except ValueError:
+        return 0
+
+
+def run_id() -> str:
+    """MSPROBE_RUN_ID (set by msprobe-launch), else torchrun's run id, else '' (unknown)."""
+    rid = os.environ.get("MSPROBE_RUN_ID", "")
+    if rid:
+        return rid
+    rid = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return "" if rid in ("", "none") else rid
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _process_start_time(pid: int) -> Optional[float]:
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:
+        return None
+
+
+def _pid_alive(pid: Any, start_time: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        import psutil
+    except ImportError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = proc.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+    # A different start time means the pid was reused by an unrelated process.
+    return not isinstance(start_time, (int, float)) or abs(created - start_time) < 1.0
+
+
+def _ensure_dir(path: str, allow_link: bool = False) -> None:
+    """mkdir -p with mode 0750; refuse a symlink in place of the directory itself (the user's dump path may be one)."""
+    try:
+        os.makedirs(path, DIR_MODE, exist_ok=True)
+    except FileExistsError:
+        pass
+    if (os.path.islink(path) and not allow_link) or not os.path.isdir(path):
+        raise CoordError(errno.ELOOP, "not a plain directory (symlink?)", path)
+
+
+def _free_dir(path: str) -> str:
+    """``path``, or ``path.1``, ``path.2`` ... when something that is not a plain directory is in the way."""
+    candidate, n = path, 0
+    while os.path.lexists(candidate) and (os.path.islink(candidate) or not os.path.isdir(candidate)):
+        n += 1
+        candidate = f"{path}.{n}"
+    return candidate
+
+
+def _meta_dir(dump_path: str, *parts: str) -> str:
+    path = os.path.join(dump_path, META_DIR)
+    _ensure_dir(dump_path, allow_link=True)
+    _ensure_dir(path)
+    for part in parts:
+        path = os.path.join(path, part)
+        _ensure_dir(path)
+    return path
+
+
+def _lock(path: str):
+    import filelock
+
+    if os.path.islink(path):
+        raise CoordError(errno.ELOOP, "lock file is a symlink", path)
+    return filelock.FileLock(path, timeout=LOCK_TIMEOUT, mode=FILE_MODE)
+
+
+def _read_json(path: str) -> Optional[Any]:
+    """Parsed JSON, or None when the file is missing. Never follows a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CoordError(errno.ELOOP, "refusing to read through a symlink", path)
+        raise
+    with os.fdopen(fd, "r", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write JSON to a new 0640 temp file (O_EXCL|O_NOFOLLOW) and os.replace it over ``path``."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory or ".", f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # replaces a symlink itself, never its target
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _rel(dump_path: str, root: str) -> str:
+    try:
+        return os.path.relpath(os.path.abspath(root), os.path.abspath(dump_path))
+    except ValueError:
+        return os.path.abspath(root)
+
+
+def _identity(attempt: int, rank: Optional[int], key: str) -> Dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "key": key,
+        "rank": rank,
+        "pid": pid,
+        "host": hostname(),
+        "attempt": attempt,
+        "run_id": run_id(),
+        "start_time": _process_start_time(pid),
+        "claimed_at": _now(),
+    }
+
+
+def _is_self(claim: Dict[str, Any]) -> bool:
+    return claim.get("host") == hostname() and claim.get("pid") == os.getpid()
+
+
+def _claim_is_live(claim: Dict[str, Any]) -> bool:
+    if claim.get("host") == hostname():
+        return _pid_alive(claim.get("pid"), claim.get("start_time"))
+    # Another host: liveness cannot be checked. A different known run id means an older job.
+    mine, theirs = run_id(), claim.get("run_id") or ""
+    return not (mine and theirs and mine != theirs)
+
+
+def _warn(message: str) -> None:
+    warnings.warn("[msprobe-launch] " + message, RuntimeWarning, stacklevel=3)
+
+
+def resolve_process_root(dump_path: str, rank: Optional[int]) -> str:
+    """Directory under which this process writes ``step{N}/rank{R}/`` (or ``proc{pid}/``).
+
+    ``dump_path`` itself for attempt 0, ``dump_path/attempt{k}`` after the k-th elastic restart, and a
+    ``duplicate_rank{R}_{host}_{pid}`` directory inside that when a live process already claimed the rank
+    (a warning names it). The directory exists on return. Repeated calls return the same root.
+    """
+    pid = os.getpid()
+    attempt = current_attempt()
+    key = f"rank{rank}" if rank is not None else f"proc{pid}"
+    dump_abs = os.path.abspath(dump_path)
+    cache_key = (dump_abs, key, attempt, pid)
+    if cache_key in _roots:
+        return _roots[cache_key]
+    base = dump_path if attempt == 0 else os.path.join(dump_path, f"attempt{attempt}")
+    if attempt and os.path.islink(base):  # never write through a symlink planted in the dump path
+        base = _free_dir(f"{base}_{_safe_host()}_{pid}")
+        _warn(f"attempt{attempt} in {dump_path} is a symlink; writing to {base}")
+    duplicate_root = _free_dir(os.path.join(base, f"duplicate_{key}_{_safe_host()}_{pid}"))
+    root = base
+    try:
+        claims = _meta_dir(dump_path, CLAIMS_DIR)
+        claim_path = os.path.join(claims, f"attempt{attempt}_{key}.json")
+        with _lock(os.path.join(claims, ".lock")):
+            try:
+                other = _read_json(claim_path)
+            except (ValueError, CoordError):
+                other = None  # unreadable claim: ours replaces it
+            if isinstance(other, dict) and not _is_self(other) and _claim_is_live(other):
+                root = duplicate_root
+                _warn(
+                    f"{key} (attempt {attempt}) is already claimed by pid {other.get('pid')} on "
+                    f"{other.get('host')}; this process (pid {pid} on {hostname()}) writes to {root} instead "
+                    "so that neither overwrites the other"
+                )
+            else:
+                claim = _identity(attempt, rank, key)
+                claim["root"] = _rel(dump_path, base)
+                write_json_atomic(claim_path, claim)
+                _held.setdefault((dump_abs, pid), []).append(claim_path)
+    except Exception as exc:
+        _warn(f"cannot coordinate through {dump_path} ({exc}); duplicate ranks will not be detected")
+    try:
+        _ensure_dir(root, allow_link=root == dump_path)
+    except Exception as exc:
+        _warn(f"cannot create {root} ({exc})")
+    _roots[cache_key] = root
+    return root
+
+
+def versions() -> Dict[str, str]:
+    """Versions of python, msprobe-launch and of the frameworks already imported (never imports them)."""
+    import sys
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "mindspore"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__version__", None):
+            out[name] = str(module.__version__)
+    try:
+        from importlib.metadata import version
+
+        out["msprobe_launch"] = version("msprobe-launch")
+    except Exception:
+        out["msprobe_launch"] = "unknown"
+    return out
+
+
+def _find_entry(manifest: Dict[str, Any], rank: Optional[int], root_rel: str) -> Optional[Dict[str, Any]]:
+    for entry in manifest.get("processes", []):
+        if (entry.get("host") == hostname() and entry.get("pid") == os.getpid()
+                and entry.get("rank") == rank and entry.get("root") == root_rel):
+            return entry
+    return None
+
+
+def _env_int(name: str) -> Optional[int]:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _new_entry(rank: Optional[int], root_rel: str) -> Dict[str, Any]:
+    return {
+        "rank": rank,
+        "host": hostname(),
+        "pid": os.getpid(),
+        "attempt": current_attempt(),
+        "run_id": run_id(),
+        "root": root_rel,
+        "node_rank": _env_int("GROUP_RANK"),  # torchrun's node index (the rendezvous assigns it under c10d)
+        "local_rank": _env_int("LOCAL_RANK"),
+        "duplicate": os.path.basename(root_rel).startswith("duplicate_"),
+        "status": "running",
+        "start_time": _now(),
+        "end_time": None,
+        "steps": [],
+    }
+
+
+def _update_manifest(dump_path: str, update: Callable[[Dict[str, Any]], None]) -> None:
+    meta = _meta_dir(dump_path)
+    path = os.path.join(dump_path, MANIFEST_NAME)
+    with _lock(os.path.join(meta, "manifest.lock")):
+        try:
+            manifest = _read_json(path)
+        except ValueError:
+            # Keep the unreadable file for inspection instead of silently dropping other ranks' entries.
+            backup = f"{path}.corrupt-{int(time.time())}"
+            os.replace(path, backup)
+            _warn(f"{path} was not valid JSON; moved to {backup}")
+            manifest = None
+        except CoordError as exc:
+            _warn(f"{exc}; starting a new manifest")
+            manifest = None
+        if not isinstance(manifest, dict):
+            manifest = {"format": MANIFEST_FORMAT, "tool": "msprobe-launch", "created": _now(), "processes": []}
+        manifest.setdefault("processes", [])
+        update(manifest)
+        procs = manifest["processes"]
+        manifest["updated"] = _now()
+        manifest["ranks"] = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
+        manifest["hosts"] = sorted({p["host"] for p in procs if p.get("host")})
+        manifest["attempts"] = sorted({p["attempt"] for p in procs if isinstance(p.get("attempt"), int)})
+        manifest["run_ids"] = sorted({p["run_id"] for p in procs if p.get("run_id")})
+        nodes = {(p.get("host") or "", p.get("node_rank")) for p in procs}
+        manifest["nodes"] = [{"host": h, "node_rank": n}
+                             for h, n in sorted(nodes, key=lambda hn: (hn[1] is None, hn[1] or 0, hn[0]))]
+        write_json_atomic(path, manifest)
+
+
+def manifest_register(dump_path: str, *, rank: Optional[int], root: str, config: Dict[str, Any]) -> None:
+    """Record this process in ``dump_path/msprobe_manifest.json`` (call once, when dumping starts)."""
+    root_rel = _rel(dump_path, root)
+    vers = versions()
+
+    def update(manifest: Dict[str, Any]) -> None:
+        manifest.setdefault("config", config)
+        manifest.setdefault("versions", vers)
+        entry = _find_entry(manifest, rank, root_rel)
+        if entry is None:
+            entry = _new_entry(rank, root_rel)
+            manifest["processes"].append(entry)
+        if config != manifest["config"]:
+            entry["config"] = config
+        if vers != manifest["versions"]:
+            entry["versions"] = vers
+
+    try:
+        _update_manifest(dump_path, update)
+    except Exception as exc:
+        _warn(f"cannot update the manifest in {dump_path} ({exc})")
+
+
+def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: List[int], status: str) -> None:
+    """Record the steps written and the exit status (call once, at process end), and release the claims."""
+    root_rel = _rel(dump_path, root)
+
+    def update(manifest: Dict[str, Any]) -> None:
+        entry = _find_entry(manifest, rank, root_rel)
+        if entry is None:
+            entry = _new_entry(rank, root_rel)
+            manifest["processes"].append(entry)
+        entry["steps"] = sorted({int(s) for s in steps})
+        entry["status"] = status
+        entry["end_time"] = _now()
+
+    try:
+        _update_manifest(dump_path, update)
+    except Exception as exc:
+        _warn(f"cannot update the manifest in {dump_path} ({exc})")
+    release_claims(dump_path)
+
+
+def release_claims(dump_path: str) -> None:
+    """Delete the claims this process holds under ``dump_path`` (only those still naming it)."""
+    held = _held.pop((os.path.abspath(dump_path), os.getpid()), [])
+    if not held:
+        return
+    try:
+        with _lock(os.path.join(os.path.dirname(held[0]), ".lock")):
+            for path in held:
+                try:
+                    claim = _read_json(path)
+                    if isinstance(claim, dict) and _is_self(claim):
+                        os.unlink(path)
+                except (OSError, ValueError):
+                    pass
+    except Exception as exc:
+        _warn(f"cannot release claims in {dump_path} ({exc})")
+
+
+def _steps_on_disk(dump_path: str, root_rel: str, rank: Optional[int], pid: Any) -> List[int]:
+    name = f"rank{rank}" if rank is not None else f"proc{pid}"
+    root = os.path.join(dump_path, root_rel)
+    steps = []
+    try:
+        for entry in os.scandir(root):
+            m = re.match(r"^step(\d+)$", entry.name)
+            if m and entry.is_dir(follow_symlinks=False) and os.path.isdir(os.path.join(entry.path, name)):
+                steps.append(int(m.group(1)))
+    except OSError:
+        pass
+    return sorted(steps)
+
+
+def manifest_reconcile(dump_path: str) -> int:
+    """Close the entries of processes on this host that died without manifest_finish (killed by the agent on a
+    restart, crashed): status 'died', steps taken from the directories they left. Called by the launcher at
+    job end. Returns the number of entries updated."""
+    if not os.path.isfile(os.path.join(dump_path, MANIFEST_NAME)):
+        return 0
+    count = [0]
+
+    def update(manifest: Dict[str, Any]) -> None:
+        for entry in manifest.get("processes", []):
+            if entry.get("status") != "running" or entry.get("host") != hostname():
+                continue
+            if _pid_alive(entry.get("pid"), None):
+                continue
+            entry["status"] = "died"
+            entry["steps"] = _steps_on_disk(dump_path, entry.get("root") or ".", entry.get("rank"), entry.get("pid"))
+            count[0] += 1
+
+    try:
+        _update_manifest(dump_path, update)
+    except Exception as exc:
+        _warn(f"cannot update the manifest in {dump_path} ({exc})")
+    return count[0]

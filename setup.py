@@ -1,0 +1,77 @@
+"""Build hooks only (metadata lives in pyproject.toml).
+
+Ships ``msprobe_launch.pth`` into site-packages, the startup hook of the env-only form
+(``MSPROBE_DUMP_PATH=./d torchrun ... train.py`` without the launcher). It works like coverage.py's
+``a1_coverage.pth``: one line that does nothing unless an MSPROBE_* variable asks for dumping.
+Regular wheels get it through build_py; PEP 660 editable wheels never run our build_py output through
+install_lib, so the file is added to the editable wheel (and its RECORD) after it is built.
+The name sorts after ``__editable__*.pth``, so the package is importable when the line runs.
+"""
+
+import base64
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+PTH_NAME = "msprobe_launch.pth"
+PTH_CODE = (
+    "import os, sys; exec(\"if os.environ.get('MSPROBE_DUMP_PATH') or os.environ.get('MSPROBE_CONFIG')"
+    " or os.environ.get('MSPROBE_ENABLE'):\\n try:\\n  from msprobe_inject._boot.bootstrap import startup;"
+    " startup('pth')\\n except Exception as e:\\n"
+    "  sys.stderr.write('[msprobe-launch] warning: startup hook failed: %r\\\\n' % (e,))\")\n"
+)
+
+
+class BuildPyWithPth(build_py):
+    def run(self):
+        super().run()
+        if not getattr(self, "editable_mode", False):
+            Path(self.build_lib, PTH_NAME).write_text(PTH_CODE, encoding="utf-8")
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        if not getattr(self, "editable_mode", False):
+            outputs.append(os.path.join(self.build_lib, PTH_NAME))
+        return outputs
+
+
+def _add_pth_to_wheel(wheel_path: str) -> None:
+    data = PTH_CODE.encode("utf-8")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record_line = f"{PTH_NAME},sha256={digest},{len(data)}\n".encode()
+    tmp = wheel_path + ".tmp"
+    with zipfile.ZipFile(wheel_path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if item.filename == PTH_NAME:
+                continue
+            payload = src.read(item.filename)
+            if item.filename.endswith(".dist-info/RECORD"):
+                payload += record_line
+            dst.writestr(item, payload)
+        dst.writestr(PTH_NAME, data)
+    os.replace(tmp, wheel_path)
+
+
+cmdclass = {"build_py": BuildPyWithPth}
+
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+except ImportError:  # setuptools < 64: no PEP 660 editable installs
+    editable_wheel = None
+
+if editable_wheel is not None:
+
+    class EditableWheelWithPth(editable_wheel):
+        def run(self):
+            super().run()
+            wheels = sorted(Path(self.dist_dir).glob("*.whl"), key=os.path.getmtime)
+            if wheels:
+                _add_pth_to_wheel(str(wheels[-1]))
+
+    cmdclass["editable_wheel"] = EditableWheelWithPth
+
+setup(cmdclass=cmdclass)
