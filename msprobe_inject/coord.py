@@ -1,6 +1,6 @@
 """Coordination of the processes that share one dump path (possibly on several hosts), with filelock.
 
-Layout decisions (documented in docs/launcher.md):
+Layout decisions (documented in the README):
 
 * Attempt 0 of a job writes directly under ``dump_path``; after an elastic restart
   (``TORCHELASTIC_RESTART_COUNT=k``, k > 0) a process writes under ``dump_path/attempt{k}/``, so

@@ -6,7 +6,7 @@ A rank ("worker") claims itself (MSPROBE_CLAIMED_PID / MSPROBE_CLAIMED_RANK), in
 post-import hook and calls ``msprobe_inject.zero_code.activate_pytorch()`` (``activate_mindspore()``)
 once ``torch`` (``mindspore``) has been imported. Helpers (resource tracker, spawn and DataLoader workers,
 compile workers, msrun's scheduler, children of a rank) and launchers (torchrun, msrun, ...) stay inert.
-The classification rules are documented in docs/launcher.md. Nothing here raises into user code.
+The classification rules are documented in the README. Nothing here raises into user code.
 
 For the runtime: ``is_active_worker()`` is true only in the claiming process (not in its fork children).
 """
@@ -124,7 +124,7 @@ def _is_launcher(kind, value):
 
 
 def classify(env=None, argv=None):
-    """Return (role, reason); role is 'worker', 'helper' or 'launcher'. Rules: docs/launcher.md."""
+    """Return (role, reason); role is 'worker', 'helper' or 'launcher'. Rules: the README."""
     env = os.environ if env is None else env
     argv = _argv() if argv is None else argv
     pid = str(os.getpid())
