@@ -138,7 +138,7 @@ class Session:
                 if self._open_dir is not None and os.path.basename(self._open_dir).startswith("proc"):
                     # dist was initialised after start(): msprobe renames proc{pid} to rank{R}
                     new = self.rank_dir()
-                    self.writer.put("rename", self._open_dir, new)
+                    self.writer.rename(self._open_dir, new)
                     self._open_dir = new
         return self.rank
 

@@ -45,6 +45,7 @@ class StepState:
         self.header = header
         self.kind = kind  # "dump" or "debug"
         self.data: Dict[str, Any] = {}
+        self.enc: Dict[str, str] = {}  # key -> the record body encoded once (json, C encoder)
         self.stacks: Dict[Tuple, List[str]] = {}  # frames -> keys
         self.stack_text: Dict[Tuple, List[str]] = {}
         self.construct: Dict[str, Any] = {}
@@ -52,18 +53,22 @@ class StepState:
         self.dirty = True
         self.incomplete = False
 
-    def apply(self, op: str, key: str, value: Any) -> None:
+    def apply(self, op: str, key: str, value: Any, encoded: Optional[str] = None) -> None:
         if op == "set":
             self.data[key] = value
+            self.enc[key] = encoded if encoded is not None else json.dumps(value)
         elif op == "move":
             self.data.pop(key, None)
+            self.enc.pop(key, None)
             self.data[key] = value
+            self.enc[key] = encoded if encoded is not None else json.dumps(value)
         elif op == "update":  # merge fields into an existing record, keeping its position
             cur = self.data.get(key)
             if isinstance(cur, dict) and isinstance(value, dict):
                 cur.update(value)
             else:
-                self.data[key] = value
+                self.data[key] = cur = value
+            self.enc[key] = json.dumps(cur)
         elif op == "construct":
             self.construct[key] = value
         elif op == "stack":
@@ -72,16 +77,26 @@ class StepState:
             self.stacks.setdefault(frames, []).append(key)
         self.dirty = True
 
+    def main_bytes(self) -> bytes:
+        """dump.json / debug.json: the header, then one record per line (each body encoded once)."""
+        head = {k: v for k, v in self.header.items() if not k.startswith("_")}
+        parts = ["{\n"]
+        for k, v in head.items():
+            parts.append(f" {json.dumps(k)}: {json.dumps(v)},\n")
+        enc = self.enc
+        recs = [f"\n  {json.dumps(k)}: {enc[k]}" for k in self.data]
+        parts.append(' "data": {' + ",".join(recs) + ("\n }\n}\n" if recs else "}\n}\n"))
+        return "".join(parts).encode("ascii", "backslashreplace")
+
     def documents(self) -> Dict[str, Any]:
-        body = {k: v for k, v in self.header.items() if not k.startswith("_")}
-        body["data"] = self.data
+        """File name -> document; the main file is given as ready bytes."""
+        name = "debug.json" if self.kind == "debug" else "dump.json"
+        docs: Dict[str, Any] = {name: self.main_bytes()}
         if self.kind == "debug":
-            return {"debug.json": body}
-        docs: Dict[str, Any] = {"dump.json": body}
+            return docs
         if self.header.get("_extra_info", True):
             docs["stack.json"] = {str(i): [keys, list(fr)] for i, (fr, keys) in enumerate(self.stacks.items())}
             docs["construct.json"] = self.construct
-        body.pop("_extra_info", None)
         return docs
 
 
@@ -93,6 +108,9 @@ class DumpWriter:
         self._resolver = resolver
         self._save_tensor = save_tensor
         self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._buf: list = []
+        self._blk = threading.Lock()
+        self._dir: Optional[str] = None  # the step directory most recently opened (producer side)
         self._thread: Optional[threading.Thread] = None
         self._state: Optional[StepState] = None
         self._pid = os.getpid()
@@ -111,21 +129,36 @@ class DumpWriter:
         if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
             self._pid = os.getpid()
             self._q = queue.SimpleQueue()
+            self._buf = []
             self._thread = threading.Thread(target=self._run, name="msprobe-writer", daemon=True)
             self._thread.start()
 
+    def _send(self, ev, push: bool = False) -> None:
+        # events travel in batches: one queue hand-off (and writer wake-up) per batch, not per record
+        with self._blk:
+            self._buf.append(ev)
+            if push or len(self._buf) >= 256:
+                buf, self._buf = self._buf, []
+                self._q.put(buf)
+
     def open_step(self, directory: str, header: Dict[str, Any], kind: str = "dump") -> None:
         self._ensure_thread()
-        self._q.put(("open", directory, header, kind))
+        self._dir = directory
+        self._send(("open", directory, header, kind))
 
     def put(self, op: str, key: str, value: Any, pending: Optional[list] = None) -> None:
-        self._q.put((op, key, value, pending))
+        self._send((op, key, value, pending))
+
+    def rename(self, old: str, new: str) -> None:
+        """Move the open step directory (proc{pid} -> rank{R} once the rank is known)."""
+        self._dir = new
+        self._send(("rename", old, new, None))
 
     def put_stack(self, key: str, frames: tuple) -> None:
-        self._q.put(("stack", key, frames, None))
+        self._send(("stack", key, frames, None))
 
     def put_construct(self, key: str, parent: Any) -> None:
-        self._q.put(("construct", key, parent, None))
+        self._send(("construct", key, parent, None))
 
     def save_tensor(self, path: str, tensor: Any, nbytes: int) -> None:
         """Queue a tensor file; waits while queued tensors exceed the memory budget."""
@@ -134,14 +167,14 @@ class DumpWriter:
                 if not self._cv.wait(timeout=60):
                     break
             self._pending += nbytes
-        self._q.put(("tensor", path, tensor, nbytes))
+        self._send(("tensor", path, tensor, nbytes), push=True)
 
     def flush(self, timeout: float = 600.0) -> None:
         """Write the current step's json files; blocks until everything queued so far is on disk."""
         if self._thread is None:
             return
         ev = threading.Event()
-        self._q.put(("flush", None, ev, None))
+        self._send(("flush", None, ev, None), push=True)
         if self._thread.is_alive():
             ev.wait(timeout)
 
@@ -150,7 +183,7 @@ class DumpWriter:
             return
         self.flush()
         ev = threading.Event()
-        self._q.put(("close", None, ev, None))
+        self._send(("close", None, ev, None), push=True)
         if self._thread.is_alive():
             ev.wait(30)
         self._thread = None
@@ -158,7 +191,7 @@ class DumpWriter:
     def log_error(self, message: str, directory: Optional[str] = None) -> None:
         """Log a tool error to dump_error_info.log and warn once per distinct message."""
         self.error_count += 1
-        d = directory or (self._state.directory if self._state else None)
+        d = directory or self._dir
         first = message not in self._errors_seen
         self._errors_seen.add(message)
         if first:
@@ -173,12 +206,32 @@ class DumpWriter:
             pass
 
     # ---- the writer thread ----
+    def _take_buffer(self) -> list:
+        # under the lock that orders hand-offs: batches already queued come before the buffer
+        out: list = []
+        with self._blk:
+            try:
+                while True:
+                    out.extend(self._q.get_nowait())
+            except queue.Empty:
+                pass
+            out.extend(self._buf)
+            self._buf = []
+        return out
+
     def _run(self) -> None:
         while True:
-            batch = [self._q.get()]
             try:
-                while len(batch) < 512:
-                    batch.append(self._q.get_nowait())
+                batch = list(self._q.get(timeout=0.05))
+            except queue.Empty:
+                # what the training thread produced in the last 50 ms reaches the journal even
+                # when no batch fills up: a kill -9 loses at most that much
+                batch = self._take_buffer()
+                if not batch:
+                    continue
+            try:
+                while len(batch) < 2048:
+                    batch.extend(self._q.get_nowait())
             except queue.Empty:
                 pass
             lines: List[bytes] = []
@@ -265,9 +318,11 @@ class DumpWriter:
                     self._overflow_left -= 1
         elif self._overflow_left is not None and op in ("set", "move", "update"):
             return False
-        st.apply(op, key, value)
+        encoded = json.dumps(value)
+        st.apply(op, key, value, encoded)
         if st.journal is not None:
-            lines.append(json.dumps({"op": op, "k": key, "v": value}).encode() + b"\n")
+            lines.append(f'{{"op": "{op}", "k": {json.dumps(key)}, "v": {encoded}}}\n'.encode("ascii",
+                                                                                            "backslashreplace"))
         return False
 
     def _write_journal(self, lines: List[bytes]) -> None:
@@ -289,7 +344,8 @@ class DumpWriter:
                 if name in ("stack.json", "construct.json") and not doc and os.path.exists(
                         os.path.join(st.directory, name)):
                     continue
-                layout.write_atomic(os.path.join(st.directory, name), layout.dumps_json(doc))
+                data = doc if isinstance(doc, bytes) else layout.dumps_json(doc)
+                layout.write_atomic(os.path.join(st.directory, name), data)
             st.dirty = False
         except OSError as exc:
             self._dir_failed(st.directory, exc)
@@ -363,5 +419,5 @@ def recover(rank_dir: str) -> Dict[str, Any]:
     if not complete:
         st.header["incomplete"] = True
     for name, doc in st.documents().items():
-        layout.write_atomic(os.path.join(rank_dir, name), layout.dumps_json(doc))
+        layout.write_atomic(os.path.join(rank_dir, name), doc if isinstance(doc, bytes) else layout.dumps_json(doc))
     return {"records": n, "complete": complete}

@@ -8,6 +8,7 @@ never waits on a host synchronisation per tensor.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 import zlib
 from typing import Any, Dict, List, Optional
 
@@ -60,6 +61,62 @@ def resolve(pending: list) -> None:
             entry["Max"], entry["Min"], entry["Mean"] = vals
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """A permuted view of t that is contiguous when t is a transpose/permute of a dense tensor.
+
+    Reductions over all elements do not depend on order (up to rounding), and a strided aminmax is
+    several times slower than a contiguous one.
+    """
+    if t.is_contiguous() or t.dim() < 2:
+        return t
+    st = t.stride()
+    order = sorted(range(t.dim()), key=lambda i: (-st[i], -t.shape[i]))
+    p = t.permute(order)
+    return p if p.is_contiguous() else t
+
+
+class StatCache:
+    """Each distinct tensor is reduced once per step.
+
+    Key: storage address, dtype, shape, strides and the version counter (bumped by every in-place
+    op, shared by views), plus a weak reference proving the memory was not freed and reused. Cleared
+    at every step boundary, so writes that bypass the version counter (``p.data.add_``) cannot leak
+    stale numbers across steps.
+    """
+
+    __slots__ = ("entries", "hits", "misses")
+
+    def __init__(self):
+        self.entries: Dict[tuple, tuple] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, t: torch.Tensor):
+        try:
+            return (t.data_ptr(), t.dtype, t.shape, t.stride(), t._version, t.device)
+        except Exception:  # tensors without storage (sparse, meta subclasses)
+            return None
+
+    def get(self, key):
+        e = self.entries.get(key)
+        if e is None or e[0]() is None:
+            return None
+        self.hits += 1
+        return e
+
+    def put(self, key, t, value: tuple) -> None:
+        self.misses += 1
+        if len(self.entries) > 200_000:
+            self.entries.clear()
+        try:
+            self.entries[key] = (weakref.ref(t), *value)
+        except TypeError:
+            pass
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
 def stat_of(t: torch.Tensor, high_precision: bool):
     """(stat tensor, kind) for a detached tensor, or (None, None) when msprobe writes nulls."""
     dt = t.dtype
@@ -77,9 +134,10 @@ def stat_of(t: torch.Tensor, high_precision: bool):
         return torch.stack([t.any(), t.all()]), "b"
     if t.dim() == 0:
         return t.reshape(1).clone(), "s"
+    t = _dense(t)
     if t.is_floating_point() and dt is not torch.float64 and not high_precision:
         mn, mx = torch.aminmax(t)
-        return torch.stack([mx, mn, t.mean(), torch.norm(t)]), "f"
+        return torch.stack([mx, mn, t.mean(), torch.linalg.vector_norm(t)]), "f"
     mn, mx = torch.aminmax(t)
     return torch.stack([mx, mn]), "i"
 
@@ -94,10 +152,16 @@ def raw_bytes(t: torch.Tensor):
     return t.view(torch.uint8).numpy()
 
 
+try:  # ISA-L's CRC-32 is the zlib polynomial, an order of magnitude faster
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - optional speed-up
+    _crc32 = zlib.crc32
+
+
 def crc32_hex(t: torch.Tensor) -> Optional[str]:
     if t.is_meta:
         return None
-    return f"{zlib.crc32(raw_bytes(t)):08x}"
+    return f"{_crc32(raw_bytes(t)):08x}"
 
 
 def xor_hex(t: torch.Tensor) -> Optional[str]:
@@ -132,6 +196,7 @@ class Encoder:
         self.tensor_list = list(cfg.tensor_list)
         self._tensor_dir = tensor_dir_fn
         self._writer = writer
+        self.cache = StatCache()
 
     def wants_files(self, key: str) -> bool:
         return self.save_all or (bool(self.tensor_list) and any(s in key for s in self.tensor_list))
@@ -230,9 +295,16 @@ class Encoder:
                 entry["md5"] = xor_hex(d) if d.dim() else _scalar(d)
                 entry["requires_grad"] = t.requires_grad
                 return entry
+            cached = None
+            key = None
             if not self.structure:
                 entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = None
-                stat, kind = stat_of(d, self.high)
+                key = self.cache.key(d)
+                cached = self.cache.get(key) if key is not None else None
+                if cached is not None:
+                    stat, kind = cached[1], cached[2]
+                else:
+                    stat, kind = stat_of(d, self.high)
                 if stat is not None:
                     pending.append((entry, stat, kind))
             entry["requires_grad"] = t.requires_grad
@@ -246,8 +318,13 @@ class Encoder:
                 entry["data_name"] = fname
                 self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap,
                                          snap.numel() * snap.element_size())
+            crc = None
             if self.summary == "md5":
-                entry["md5"] = crc32_hex(d) if d.layout == torch.strided else crc32_hex(d.to_dense())
+                crc = cached[3] if cached is not None and cached[3] is not None else (
+                    crc32_hex(d) if d.layout == torch.strided else crc32_hex(d.to_dense()))
+                entry["md5"] = crc
+            if cached is None and key is not None:
+                self.cache.put(key, t, (stat, kind, crc))  # t: the caller's object, alive while it is used
             return entry
 
     def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:

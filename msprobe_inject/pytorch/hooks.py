@@ -252,6 +252,7 @@ class Runtime:
             return
         self._set_api(False)
         self.session.running = False
+        self.encoder.cache.clear()
         self.session.next_step()
 
     def _set_api(self, on: bool) -> None:

@@ -1,0 +1,172 @@
+"""Step-time overhead of dumping on a tiny GPT-2 training step, against no tool, from one run.
+
+Each configuration runs in its own process; configurations are interleaved over several rounds and
+the reported figure is the median step time over all measured steps of all rounds. Ratios are
+against "none". mindstudio-probe's configurations run too when it is installed.
+
+    python benchmarks/overhead.py [--rounds 3] [--steps 20] [--warmup 5] [--json out.json] [--only none,L1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# name -> (tool, settings); tool: none | ours | msprobe | zero-code | loaded
+CONFIGS = {
+    "none": ("none", {}),
+    "loaded, dump off": ("loaded", {}),
+    "L0": ("ours", {"level": "L0"}),
+    "L1": ("ours", {"level": "L1"}),
+    "mix": ("ours", {"level": "mix"}),
+    "L1 md5": ("ours", {"level": "L1", "summary_mode": "md5"}),
+    "L1 tensor": ("ours", {"level": "L1", "task": "tensor"}),
+    "L1 zero-code": ("zero-code", {"level": "L1"}),
+    "msprobe dump off": ("msprobe-off", {}),
+    "msprobe L0": ("msprobe", {"level": "L0"}),
+    "msprobe L1": ("msprobe", {"level": "L1"}),
+    "msprobe mix": ("msprobe", {"level": "mix"}),
+    "msprobe L1 md5": ("msprobe", {"level": "L1", "summary_mode": "md5"}),
+    "msprobe L1 tensor": ("msprobe", {"level": "L1", "task": "tensor"}),
+}
+PAIRS = {"loaded, dump off": "msprobe dump off", "L0": "msprobe L0", "L1": "msprobe L1", "mix": "msprobe mix",
+         "L1 md5": "msprobe L1 md5", "L1 tensor": "msprobe L1 tensor", "L1 zero-code": "msprobe L1"}
+
+
+def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> None:
+    import torch
+
+    dbg = None
+    if tool in ("ours", "loaded"):
+        import msprobe_inject.pytorch as dbg  # noqa: F811
+    elif tool in ("msprobe", "msprobe-off"):
+        import msprobe.pytorch as dbg  # type: ignore  # noqa: F811
+    debugger = None
+    if tool in ("ours", "msprobe"):
+        cfg = {"task": settings.get("task", "statistics"), "dump_path": dump, "level": settings["level"]}
+        section = {"summary_mode": settings["summary_mode"]} if "summary_mode" in settings else {}
+        cfg[cfg["task"]] = section
+        path = os.path.join(dump + ".json")
+        with open(path, "w") as fh:
+            json.dump(cfg, fh)
+        debugger = dbg.PrecisionDebugger(config_path=path)
+    elif tool == "loaded":
+        debugger = None  # imported, nothing started
+    elif tool == "msprobe-off":
+        debugger = None
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=1000, n_positions=128)
+    model = GPT2LMHeadModel(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1000, (8, 128))
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        if debugger is not None:
+            debugger.start(model=model)
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if debugger is not None:
+            debugger.stop()
+            debugger.step()
+        t1 = time.perf_counter()
+        if i >= warmup:
+            times.append(t1 - t0)
+    print("TIMES " + json.dumps(times), flush=True)
+
+
+def run_one(name: str, steps: int, warmup: int, tmp: str) -> list:
+    tool, settings = CONFIGS[name]
+    dump = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    wtool = tool
+    if tool == "zero-code":
+        env["PYTHONPATH"] = os.path.join(ROOT, "msprobe_inject", "_boot") + os.pathsep + env["PYTHONPATH"]
+        env["MSPROBE_DUMP_PATH"] = dump
+        env["MSPROBE_LEVEL"] = settings["level"]
+        wtool = "none"
+    args = [sys.executable, os.path.abspath(__file__), "--worker", wtool, "--settings", json.dumps(settings),
+            "--steps", str(steps), "--warmup", str(warmup), "--dump", dump]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+    shutil.rmtree(dump, ignore_errors=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("TIMES "):
+            return json.loads(line[6:])
+    raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", default=os.path.join(HERE, "overhead.json"))
+    ap.add_argument("--only", default="", help="comma-separated configuration names")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
+    ap.add_argument("--dump", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.worker, json.loads(a.settings), a.steps, a.warmup, a.dump)
+        return
+    try:
+        import msprobe.pytorch  # type: ignore  # noqa: F401
+
+        have_msprobe = True
+    except Exception:
+        have_msprobe = False
+    names = [n for n in CONFIGS if have_msprobe or not CONFIGS[n][0].startswith("msprobe")]
+    if a.only:
+        wanted = [x.strip() for x in a.only.split(",")]
+        names = [n for n in names if n in wanted or n == "none"]
+    samples: dict = {n: [] for n in names}
+    tmp = tempfile.mkdtemp(prefix="msprobe_bench_")
+    try:
+        for r in range(a.rounds):
+            for n in names:
+                samples[n].extend(run_one(n, a.steps, a.warmup, tmp))
+                print(f"round {r + 1}/{a.rounds} {n}: median {statistics.median(samples[n]) * 1000:.1f} ms",
+                      file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    base = statistics.median(samples["none"])
+    result = {"step_ms_none": base * 1000, "configs": {}}
+    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}")
+    for n in names:
+        med = statistics.median(samples[n])
+        ratio = med / base
+        entry = {"median_ms": med * 1000, "ratio": ratio, "n": len(samples[n])}
+        rel = ""
+        pair = PAIRS.get(n)
+        if pair in samples:
+            theirs = statistics.median(samples[pair]) / base
+            if theirs > 1:
+                entry["overhead_vs_msprobe"] = (ratio - 1) / (theirs - 1)
+                rel = f"{entry['overhead_vs_msprobe']:.2f}"
+        result["configs"][n] = entry
+        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}")
+    with open(a.json, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(f"\nwritten {a.json}")
+
+
+if __name__ == "__main__":
+    main()
