@@ -275,3 +275,21 @@ os.kill(os.getpid(), signal.SIGKILL)
     d = json.load(open(os.path.join(rd, "dump.json")))
     assert d["incomplete"] is True
     assert "Functional.linear.5.forward" in d["data"]
+
+
+def test_sigterm_flushes_json_files(tmp_path):
+    code = PREAMBLE + """
+import signal, time
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+m = Net()
+debugger.start()
+for _ in range(3):
+    m(torch.randn(2, 4)).sum().backward()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("NOT-REACHED")
+"""
+    proc = run_py(code, str(tmp_path), check=False)
+    assert proc.returncode == -15 and "NOT-REACHED" not in proc.stdout
+    d = load_dump(str(tmp_path / "d"))["data"]
+    assert "Functional.linear.5.forward" in d and "Functional.linear.5.backward" in d

@@ -204,6 +204,7 @@ class Runtime:
         # torch warns when a module's inputs need no grad; that is our hook's business, not the user's
         warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with")
         atexit.register(self.shutdown)
+        _chain_sigterm(self.shutdown)
 
     # ---------------------------------------------------------------- lifecycle
     @property
@@ -767,6 +768,37 @@ class Runtime:
         for t, path in _tensor_paths(variable, []):
             if t.requires_grad and torch.is_grad_enabled():
                 attach(t, path)
+
+
+def _chain_sigterm(flush) -> None:
+    """torchrun stops workers with SIGTERM, whose default action skips atexit: flush first, then do
+    what the previous handler would have done (the user's handler, or terminate by the signal)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        prev = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        return
+
+    def handler(signum, frame):
+        try:
+            flush()
+        except Exception:
+            pass
+        if callable(prev):
+            return prev(signum, frame)
+        if prev == signal.SIG_IGN:
+            return None
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return None
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):
+        pass
 
 
 def _fwd_hook_kwargs() -> bool:
