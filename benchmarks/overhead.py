@@ -90,6 +90,29 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
         if i >= warmup:
             times.append(t1 - t0)
     print("TIMES " + json.dumps(times), flush=True)
+    if tool == "ours":
+        from msprobe_inject.pytorch.debugger import get_runtime
+
+        cache = get_runtime().encoder.cache
+        total = warmup + steps
+        print("CACHE " + json.dumps({"hits_per_step": cache.hits / total, "misses_per_step": cache.misses / total,
+                                     "bytes_per_step": cache.bytes_reduced / total}), flush=True)
+
+
+def bandwidth() -> float:
+    """Read bandwidth in bytes/s: a full reduction over 256 MiB, as the statistics do."""
+    import torch
+
+    x = torch.empty(1 << 26, dtype=torch.float32).uniform_()
+    ts = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        torch.aminmax(x)
+        ts.append(time.perf_counter() - t0)
+    return x.numel() * 4 / statistics.median(ts)
+
+
+CACHE: dict = {}
 
 
 def run_one(name: str, steps: int, warmup: int, tmp: str) -> list:
@@ -107,9 +130,14 @@ def run_one(name: str, steps: int, warmup: int, tmp: str) -> list:
             "--steps", str(steps), "--warmup", str(warmup), "--dump", dump]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     shutil.rmtree(dump, ignore_errors=True)
+    times = None
     for line in proc.stdout.splitlines():
         if line.startswith("TIMES "):
-            return json.loads(line[6:])
+            times = json.loads(line[6:])
+        elif line.startswith("CACHE "):
+            CACHE[name] = json.loads(line[6:])
+    if times is not None:
+        return times
     raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
 
 
@@ -119,11 +147,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default=os.path.join(HERE, "overhead.json"))
-    ap.add_argument("--only", default="", help="comma-separated configuration names")
+    ap.add_argument("--only", default="", help="semicolon-separated configuration names")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker == "bandwidth":
+        print(f"BW {bandwidth()}")
+        return
     if a.worker:
         worker(a.worker, json.loads(a.settings), a.steps, a.warmup, a.dump)
         return
@@ -135,7 +166,7 @@ def main() -> None:
         have_msprobe = False
     names = [n for n in CONFIGS if have_msprobe or not CONFIGS[n][0].startswith("msprobe")]
     if a.only:
-        wanted = [x.strip() for x in a.only.split(",")]
+        wanted = [x.strip() for x in a.only.split(";")]
         names = [n for n in names if n in wanted or n == "none"]
     samples: dict = {n: [] for n in names}
     tmp = tempfile.mkdtemp(prefix="msprobe_bench_")
@@ -163,6 +194,18 @@ def main() -> None:
                 rel = f"{entry['overhead_vs_msprobe']:.2f}"
         result["configs"][n] = entry
         print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}")
+    bw_out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "bandwidth"], capture_output=True,
+                            text=True, timeout=600).stdout
+    bw = float(bw_out.split()[-1])
+    result["read_bandwidth_GBps"] = bw / 1e9
+    print(f"\nfloor: statistics must read each distinct tensor once; read bandwidth {bw / 1e9:.1f} GB/s "
+          "(aminmax over 256 MiB)")
+    print(f"{'configuration':<22}{'MB read/step':>14}{'floor ms':>10}{'overhead ms':>13}{'x floor':>9}")
+    for n, c in CACHE.items():
+        floor_ms = c["bytes_per_step"] / bw * 1000
+        over = result["configs"][n]["median_ms"] - result["step_ms_none"]
+        result["configs"][n].update(cache=c, floor_ms=floor_ms, overhead_ms=over)
+        print(f"{n:<22}{c['bytes_per_step'] / 1e6:>14.1f}{floor_ms:>10.1f}{over:>13.1f}{over / floor_ms:>9.1f}")
     with open(a.json, "w") as fh:
         json.dump(result, fh, indent=1)
     print(f"\nwritten {a.json}")

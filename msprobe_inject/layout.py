@@ -42,8 +42,9 @@ def rank_dir_name(rank: Optional[int], pid: int) -> str:
     return f"rank{rank}" if rank is not None else f"proc{pid}"
 
 
-def makedirs(path: str) -> None:
-    """mkdir -p with mode 0750 that refuses to go through a symlink it did not create."""
+def makedirs(path: str, root: Optional[str] = None) -> None:
+    """mkdir -p with mode 0750. No component below ``root`` (the dump path, which itself may be a
+    link the user chose) may be a symlink: one planted inside the dump tree is never written through."""
     path = os.path.abspath(path)
     parts = []
     head = path
@@ -57,8 +58,21 @@ def makedirs(path: str) -> None:
             os.mkdir(p, DIR_MODE)
         except FileExistsError:
             pass
-        if os.path.islink(p):
-            raise OSError(f"refusing to write through symlink {p}")
+    if root is not None:
+        check_no_symlink(os.path.abspath(root), path)
+    elif parts and os.path.islink(parts[0]):
+        raise OSError(f"refusing to write through symlink {parts[0]}")
+
+
+def check_no_symlink(root: str, path: str) -> None:
+    rel = os.path.relpath(path, root)
+    if rel == "." or rel.startswith(".."):
+        return
+    cur = root
+    for part in rel.split(os.sep):
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            raise OSError(f"refusing to write through symlink {cur}")
 
 
 def _open_new(path: str, append: bool = False) -> int:

@@ -94,6 +94,7 @@ class Session:
         self._open_dir: Optional[str] = None
         self._open_kind: Optional[str] = None
         self._open_step: Optional[int] = None
+        self._opened: set = set()  # rank directories this process created
         self.root: Optional[str] = None
 
     # ---- steps ----
@@ -174,7 +175,8 @@ class Session:
             tensor_dir = os.path.join(self._root(), f"step{self.step}",
                                       layout.rank_dir_name(self.current_rank(), os.getpid()), "dump_tensor_data")
         return {"task": cfg.task, "level": level or cfg.level, "framework": self.framework,
-                "dump_data_dir": tensor_dir, "_extra_info": cfg.extra_info, "_step": self.step}
+                "dump_data_dir": tensor_dir, "_extra_info": cfg.extra_info, "_step": self.step,
+                "_root": cfg.dump_path}
 
     def ensure_open(self, kind: str = "dump") -> str:
         """Open the rank directory of the current step (once per step) and return it."""
@@ -183,17 +185,34 @@ class Session:
             return self._open_dir
         self._open_step = self.step
         d = self.rank_dir()
+        if d not in self._opened and os.path.lexists(d):
+            self._move_aside(d)
+        self._opened.add(d)
         if d != self._open_dir or kind != self._open_kind:
             self._open_dir = d
             self._open_kind = kind
             header = self.header("debug" if kind == "debug" else None)
             if header["dump_data_dir"] is not None:
                 try:
-                    layout.makedirs(os.path.join(d, "dump_tensor_data"))
+                    layout.makedirs(os.path.join(d, "dump_tensor_data"), self.cfg.dump_path)
                 except OSError as exc:
                     self.writer.log_error(f"cannot create {d}/dump_tensor_data: {exc}", d)
             self.writer.open_step(d, header, kind)
         return d
+
+    def _move_aside(self, d: str) -> None:
+        """Existing dump data is never silently overwritten: an earlier run's rank directory is kept
+        under a new name (msprobe compare only reads rank{R}/proc{pid}) and a warning says where."""
+        import time
+        import warnings
+
+        aside = f"{d}.replaced-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+        try:
+            os.rename(d, aside)
+            warnings.warn(f"[msprobe-launch] {d} held data from an earlier run; it was moved to {aside}",
+                          RuntimeWarning, stacklevel=3)
+        except OSError as exc:
+            self.writer.log_error(f"{d} holds earlier data and cannot be moved aside ({exc}); writing over it", d)
 
     def tensor_dir(self) -> str:
         return os.path.join(self._open_dir or self.rank_dir(), "dump_tensor_data")

@@ -255,7 +255,7 @@ class DumpWriter:
             _, directory, header, kind = ev
             self._state = StepState(directory, header, kind)
             try:
-                layout.makedirs(directory)
+                layout.makedirs(directory, header.get("_root"))
                 self._state.journal = layout.open_append(os.path.join(directory, JOURNAL))
                 head = dict(header, _kind=kind)
                 self._state.journal.write(json.dumps({"op": "open", "v": head}).encode() + b"\n")
@@ -279,6 +279,8 @@ class DumpWriter:
             _, path, tensor, nbytes = ev
             try:
                 if self._state is None or self._state.directory not in self._failed_dirs:
+                    if self._state is not None:
+                        layout.check_no_symlink(self._state.directory, os.path.dirname(path))
                     self._save_tensor(tensor, path)
             except Exception as exc:
                 self.log_error(f"cannot write tensor file {os.path.basename(path)}: {exc}",

@@ -119,6 +119,7 @@ class LaunchPlan:
     dump_path: str = ""
     config: Optional[Dict[str, Any]] = None
     notes: List[str] = field(default_factory=list)
+    clear_first: List[str] = field(default_factory=list)  # earlier data removed by --overwrite before the job
 
     def to_json(self) -> Dict[str, Any]:
         return {"engine": self.engine, "argv": self.argv, "env_set": self.env_set, "env_unset": self.env_unset,
@@ -306,11 +307,51 @@ def build_plan(params: Dict[str, Any], wrap: bool = False) -> LaunchPlan:
             and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
         # Restarted gloo/NCCL inits fail or hang on the shared rendezvous store (pytorch/pytorch#135712).
         env_set["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    earlier = earlier_dump_data(dump_path, env_set[envvars.RUN_ID])
+    if earlier and not params.get("overwrite"):
+        raise LaunchError(f"{dump_path} already holds dump data of an earlier job ({', '.join(earlier[:4])}); "
+                          "pass --overwrite to replace it, or choose another --dump-path "
+                          "(other nodes of one job share --rdzv-id/--run-id and are not affected)")
+    plan.clear_first = [os.path.join(dump_path, e) for e in earlier]
     plan.env_set = env_set
     plan.env_unset = unset
     plan.dump_path = dump_path
     plan.config = cfg.to_dict()
     return plan
+
+
+_DUMP_ENTRY = re.compile(r"^(step\d+|attempt\d+|duplicate_rank.*|msprobe_manifest\.json|\.msprobe)$")
+
+
+def earlier_dump_data(dump_path: str, run_id: str) -> List[str]:
+    """Entries of dump_path written by another job. Data of this job (another node already running,
+    same run id in the manifest) does not count."""
+    try:
+        entries = sorted(e for e in os.listdir(dump_path) if _DUMP_ENTRY.match(e))
+    except OSError:
+        return []
+    if not entries:
+        return []
+    try:
+        with open(os.path.join(dump_path, "msprobe_manifest.json"), encoding="utf-8") as fh:
+            if run_id in (json.load(fh).get("run_ids") or []):
+                return []
+    except (OSError, ValueError, AttributeError):
+        pass
+    return entries
+
+
+def _clear(paths: List[str]) -> None:
+    import shutil
+
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
 
 
 def _apply_env(plan: LaunchPlan) -> None:
@@ -395,6 +436,9 @@ def execute(plan: LaunchPlan) -> int:
     """Run the plan in this process (the agent / msrun manager) and print the summary. Returns the exit code."""
     for note in plan.notes:
         sys.stderr.write(f"[msprobe-launch] {note}\n")
+    if plan.clear_first:
+        sys.stderr.write(f"[msprobe-launch] --overwrite: removing earlier dump data in {plan.dump_path}\n")
+        _clear(plan.clear_first)
     _apply_env(plan)
     if plan.engine == "torchrun":
         code = _run_torchrun(plan.torchrun_args)
@@ -403,6 +447,14 @@ def execute(plan: LaunchPlan) -> int:
     else:
         code = _run_command(plan.argv)
     if plan.dumping and plan.dump_path and os.path.isdir(plan.dump_path):
+        try:
+            from msprobe_inject.recover import recover_tree
+
+            for d, res in recover_tree(plan.dump_path):
+                sys.stderr.write(f"[msprobe-launch] recovered {res.get('records', 0)} records of a rank that "
+                                 f"did not finish from its journal: {d} (step marked incomplete)\n")
+        except Exception as exc:
+            sys.stderr.write(f"[msprobe-launch] could not recover journals: {exc}\n")
         try:
             from msprobe_inject.coord import manifest_reconcile
 
@@ -549,6 +601,9 @@ def launch(
     run_id: Annotated[Optional[str], _opt(
         DUMP, "--run-id", metavar="ID", help="Id shared by all nodes of one job (default: --rdzv-id or a uuid).")
     ] = None,
+    overwrite: Annotated[bool, _flag(
+        DUMP, "--overwrite", help="Replace dump data an earlier job left in the dump path (refused otherwise).")
+    ] = False,
     dry_run: Annotated[bool, _flag(
         GENERAL, "--dry-run", help="Validate, print the plan (command, MSPROBE_* env, config) as JSON, run nothing.")
     ] = False,

@@ -84,12 +84,13 @@ class StatCache:
     stale numbers across steps.
     """
 
-    __slots__ = ("entries", "hits", "misses")
+    __slots__ = ("entries", "hits", "misses", "bytes_reduced")
 
     def __init__(self):
         self.entries: Dict[tuple, tuple] = {}
         self.hits = 0
         self.misses = 0
+        self.bytes_reduced = 0  # what the statistics had to read (each distinct tensor once)
 
     def key(self, t: torch.Tensor):
         try:
@@ -106,6 +107,7 @@ class StatCache:
 
     def put(self, key, t, value: tuple) -> None:
         self.misses += 1
+        self.bytes_reduced += t.numel() * t.element_size()
         if len(self.entries) > 200_000:
             self.entries.clear()
         try:
