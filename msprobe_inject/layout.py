@@ -44,24 +44,31 @@ def rank_dir_name(rank: Optional[int], pid: int) -> str:
 
 def makedirs(path: str, root: Optional[str] = None) -> None:
     """mkdir -p with mode 0750. No component below ``root`` (the dump path, which itself may be a
-    link the user chose) may be a symlink: one planted inside the dump tree is never written through."""
+    link the user chose) may be a symlink: each one is checked before anything is created in it."""
     path = os.path.abspath(path)
-    parts = []
-    head = path
-    while head and not os.path.isdir(head):
-        parts.append(head)
-        head = os.path.dirname(head)
-        if head == os.path.dirname(head):
-            break
-    for p in reversed(parts):
+    base = os.path.abspath(root) if root is not None else None
+    if base is None or not (path + os.sep).startswith(base + os.sep):
+        base = path
+        while base and not os.path.isdir(base):
+            parent = os.path.dirname(base)
+            if parent == base:
+                break
+            base = parent
+    if not os.path.isdir(base):
+        os.makedirs(base, DIR_MODE, exist_ok=True)
+    cur = base
+    rel = os.path.relpath(path, base)
+    if rel == ".":
+        return
+    for part in rel.split(os.sep):
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            raise OSError(f"refusing to write through symlink {cur}")
         try:
-            os.mkdir(p, DIR_MODE)
+            os.mkdir(cur, DIR_MODE)
         except FileExistsError:
-            pass
-    if root is not None:
-        check_no_symlink(os.path.abspath(root), path)
-    elif parts and os.path.islink(parts[0]):
-        raise OSError(f"refusing to write through symlink {parts[0]}")
+            if os.path.islink(cur) or not os.path.isdir(cur):
+                raise OSError(f"refusing to write through {cur}: not a plain directory")
 
 
 def check_no_symlink(root: str, path: str) -> None:

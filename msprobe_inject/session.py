@@ -96,6 +96,7 @@ class Session:
         self._open_step: Optional[int] = None
         self._opened: set = set()  # rank directories this process created
         self.root: Optional[str] = None
+        self._root_failed = False
 
     # ---- steps ----
     @property
@@ -152,6 +153,15 @@ class Session:
         if self.root is None:
             root = self.cfg.dump_path
             try:
+                layout.makedirs(root)
+            except OSError as exc:
+                # one message for one cause; the job runs on without dumping
+                self.writer.log_error(f"dump path {root} is not writable ({exc}); dumping is off")
+                self.stop_for_good()
+                self._root_failed = True
+                self.root = root
+                return root
+            try:
                 from . import coord  # optional: shared-file-system coordination
 
                 root = coord.resolve_process_root(self.cfg.dump_path, self.current_rank())
@@ -178,13 +188,21 @@ class Session:
                 "dump_data_dir": tensor_dir, "_extra_info": cfg.extra_info, "_step": self.step,
                 "_root": cfg.dump_path}
 
+    def stop_for_good(self) -> None:
+        self.running = False
+        self.ended = True
+
     def ensure_open(self, kind: str = "dump") -> str:
         """Open the rank directory of the current step (once per step) and return it."""
+        if self.writer.stopped and not self.ended:
+            self.stop_for_good()
         if self._open_step == self.step and self._open_kind == kind and self._open_dir is not None:
             self.current_rank()
             return self._open_dir
         self._open_step = self.step
         d = self.rank_dir()
+        if self.ended:
+            return d
         if d not in self._opened and os.path.lexists(d):
             self._move_aside(d)
         self._opened.add(d)
@@ -254,7 +272,7 @@ class Session:
             try:
                 from . import coord
 
-                if self.root is not None:
+                if self.root is not None and not self.writer.stopped and not self._root_failed:
                     coord.manifest_finish(self.cfg.dump_path, rank=self.rank, root=self.root,
                                           steps=sorted(self.writer.steps_written), status="finished")
             except ImportError:

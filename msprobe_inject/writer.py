@@ -9,6 +9,7 @@ warned about once; they never reach the training code.
 
 from __future__ import annotations
 
+import errno
 import json
 import linecache
 import os
@@ -111,6 +112,7 @@ class DumpWriter:
         self._buf: list = []
         self._blk = threading.Lock()
         self._dir: Optional[str] = None  # the step directory most recently opened (producer side)
+        self._root: Optional[str] = None  # the dump path: nothing below it is written through a symlink
         self._thread: Optional[threading.Thread] = None
         self._state: Optional[StepState] = None
         self._pid = os.getpid()
@@ -123,6 +125,7 @@ class DumpWriter:
         self._cv = threading.Condition()
         self._overflow_left = overflow_nums  # None: keep every record
         self.steps_written: List[int] = []
+        self.stopped = False  # a fatal write error: nothing more is written
 
     # ---- called from the training thread ----
     def _ensure_thread(self) -> None:
@@ -144,6 +147,7 @@ class DumpWriter:
     def open_step(self, directory: str, header: Dict[str, Any], kind: str = "dump") -> None:
         self._ensure_thread()
         self._dir = directory
+        self._root = header.get("_root")
         self._send(("open", directory, header, kind))
 
     def put(self, op: str, key: str, value: Any, pending: Optional[list] = None) -> None:
@@ -199,7 +203,7 @@ class DumpWriter:
         if d is None or d in self._failed_dirs:
             return
         try:
-            layout.makedirs(d)
+            layout.makedirs(d, self._root)
             with layout.open_append(os.path.join(d, ERROR_LOG)) as fh:
                 fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid={os.getpid()} {message}\n".encode())
         except OSError:
@@ -248,6 +252,8 @@ class DumpWriter:
 
     def _handle(self, ev, lines: List[bytes]) -> bool:
         op = ev[0]
+        if self.stopped and op not in ("flush", "close", "tensor"):
+            return False
         if op == "open":
             self._write_journal(lines)
             lines.clear()
@@ -278,7 +284,7 @@ class DumpWriter:
         if op == "tensor":
             _, path, tensor, nbytes = ev
             try:
-                if self._state is None or self._state.directory not in self._failed_dirs:
+                if not self.stopped and (self._state is None or self._state.directory not in self._failed_dirs):
                     if self._state is not None:
                         layout.check_no_symlink(self._state.directory, os.path.dirname(path))
                     self._save_tensor(tensor, path)
@@ -369,10 +375,18 @@ class DumpWriter:
         self._state = None
 
     def _dir_failed(self, directory: str, exc: OSError) -> None:
-        if directory in self._failed_dirs:
+        if directory in self._failed_dirs or self.stopped:
             return
-        self.log_error(f"cannot write dump files in {directory}: {exc}; dumping there stops", directory)
+        if getattr(exc, "errno", None) in _FATAL_ERRNO:
+            # the disk is full or the tree is not writable: every later write would fail the same way
+            self.log_error(f"cannot write dump files in {directory}: {exc}; dumping stops", directory)
+            self.stopped = True
+        else:  # e.g. the directory was removed: the next step starts afresh
+            self.log_error(f"cannot write dump files in {directory}: {exc}; this step's files are lost", directory)
         self._failed_dirs.add(directory)
+
+
+_FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 
 
 def _has_nonfinite(value: Any) -> bool:

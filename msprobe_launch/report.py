@@ -1,13 +1,300 @@
-"""Entry point for an ``msprobe-dump DUMP_PATH`` console script (the summary table of a dump directory)."""
+"""``msprobe-dump``: read a dump (ours or msprobe's) — ``summary``, ``ranks``, ``diff``, ``report``.
 
+A console script of its own rather than subcommands of ``msprobe-launch``: everything after the launcher's
+options is the user's script and its arguments, so a subcommand name there could collide with a script
+called ``summary`` or ``report``; a separate program can never be mistaken for a script name.
+
+Exit codes: 0 read and nothing found; 1 findings (NaN/Inf or incomplete steps, a departing rank, differences
+beyond tolerance); 2 usage error or nothing to read. ``report`` exits 0 once the file is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
 import sys
-from typing import List, Optional
+from typing import Any, Callable, List, Optional, Set, Tuple
 
-from msprobe_launch.summary import main as _summary_main
+from msprobe_launch import diff as dif
+from msprobe_launch import ranks as rk
+from msprobe_launch import summary as sm
+
+_PROGRESS_MIN_BYTES = 64 << 20
+
+
+def _steps(text: str) -> Set[int]:
+    """'0,2,4-6' -> {0, 2, 4, 5, 6}."""
+    out: Set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise argparse.ArgumentTypeError(f"not a step list: {text!r} (use 0,2,4-6)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise argparse.ArgumentTypeError(f"bad range {part!r}")
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"bad regular expression {text!r}: {exc}")
+    return text
+
+
+def _nonneg(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _progress(paths: List[str], enabled: bool) -> Tuple[Optional[Callable[[int], None]], Callable[[], None]]:
+    """A rich progress bar over the bytes of the record files, for long reads on a terminal; else nothing.
+
+    rich is optional (not a dependency): without it, or off a terminal, reading is silent.
+    """
+    def nothing() -> None:
+        return None
+
+    if not enabled or not sys.stderr.isatty():
+        return None, nothing
+    total = 0
+    for proc in sm.discover(paths[0]) + (sm.discover(paths[1]) if len(paths) > 1 else []):
+        for file in sm.record_files(proc):
+            try:
+                total += os.path.getsize(file)
+            except OSError:
+                pass
+    if total < _PROGRESS_MIN_BYTES:
+        return None, nothing
+    try:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    except ImportError:
+        return None, nothing
+    bar = Progress(TextColumn("reading dump"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True)
+    task = bar.add_task("read", total=total)
+    bar.start()
+    return (lambda n: bar.advance(task, n)), bar.stop
+
+
+def _jsonable(obj: Any) -> Any:
+    """Dataclasses and named tuples (tensor leaves) as JSON objects; NaN/Inf as strings (strict JSON)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {k: _jsonable(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return sm._nan_safe(obj)
+
+
+def _need_dump(path: str) -> Optional[str]:
+    if not os.path.exists(path):
+        return f"{path}: no such file or directory"
+    if not sm.discover(path):
+        return f"{path}: no step*/rank*/dump.json (nor a dump.json file) here"
+    return None
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    progress, done = _progress([args.dump], not args.no_progress)
+    try:
+        summaries = sm.summarize(args.dump, progress=progress)
+    finally:
+        done()
+    first = sm.global_first_nan(summaries)
+    if args.json:
+        out = {"dump_path": args.dump, "ranks": sm.summary_json(summaries),
+               "first_nan": dataclasses.asdict(first) if first else None}
+        json.dump(sm._nan_safe(out), sys.stdout, indent=1)
+        print()
+    else:
+        print(sm.format_detail(summaries, args.dump, args.frames))
+    incomplete = any(s.incomplete_steps for s in summaries)
+    return 1 if first is not None or incomplete else 0
+
+
+def cmd_ranks(args: argparse.Namespace) -> int:
+    checker = rk.RankChecker(args.pattern, defaults=not args.no_defaults, rtol=args.rtol, atol=args.atol,
+                             steps=args.step)
+    progress, done = _progress([args.dump], not args.no_progress)
+    try:
+        sm.summarize(args.dump, on_record=checker.on_record, progress=progress, stacks=False)
+    finally:
+        done()
+    result = checker.finish()
+    if args.json:
+        out = {"dump_path": args.dump, "labels": result.labels, "steps": result.steps, "compared": result.compared,
+               "first": {k: _jsonable(v) for k, v in result.first.items()}, "counts": result.counts,
+               "first_overall": _jsonable(result.first_overall) if result.first_overall else None,
+               "rank_local": result.rank_local, "notes": result.notes, "rtol": result.rtol, "atol": result.atol}
+        json.dump(sm._nan_safe(out), sys.stdout, indent=1)
+        print()
+    else:
+        print(rk.format_result(result, args.dump))
+    return 1 if result.first else 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    csv_file = open(args.csv, "w", newline="", encoding="utf-8") if args.csv else None
+    progress, done = _progress([args.a, args.b], not args.no_progress)
+    try:
+        result = dif.diff_dumps(args.a, args.b, args.rtol, args.atol, tensors=not args.no_tensors,
+                                csv_file=csv_file, steps=args.step, ranks=args.rank, keep=max(args.top, 1),
+                                progress=progress)
+    finally:
+        done()
+        if csv_file is not None:
+            csv_file.close()
+    if not result.pairs:
+        print(f"msprobe-dump diff: no step/rank directory is present in both {args.a} and {args.b}", file=sys.stderr)
+        return 2
+    if args.json:
+        first = result.first
+        out = {"a": args.a, "b": args.b, "rtol": result.rtol, "atol": result.atol,
+               "pairs": [{"step": p.a.step, "rank": p.label, "compared": p.compared, "beyond": p.beyond,
+                          "only_a": p.only_a, "only_b": p.only_b, "errors": p.errors,
+                          "first": _jsonable(p.first[0]) if p.first else None} for p in result.pairs],
+               "first": {"step": first[0].a.step, "rank": first[0].label, **_jsonable(first[1])} if first else None}
+        json.dump(sm._nan_safe(out), sys.stdout, indent=1)
+        print()
+    else:
+        print(dif.format_result(result, args.a, args.b, args.top))
+        if args.csv:
+            print(f"per-leaf rows written to {args.csv}")
+    return 1 if result.first else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from msprobe_launch.htmlreport import build_report
+
+    out = args.output or os.path.join(os.getcwd(), "msprobe_report.html")
+    progress, done = _progress([args.dump], not args.no_progress)
+    try:
+        info = build_report(args.dump, out, records=args.record, stats=args.stat or ["Norm"],
+                            heatmap_steps=sorted(args.heatmap_step) if args.heatmap_step else None,
+                            patterns=args.pattern, rtol=args.rtol, atol=args.atol, title=args.title,
+                            max_series=args.max_series, progress=progress)
+    finally:
+        done()
+    first, dep = info["first_nan"], info["ranks"].first_overall
+    print(f"report written to {os.path.abspath(out)}")
+    if first is not None:
+        print("\n".join(sm.format_hit(first, "first NaN/Inf of the job")))
+    if dep is not None:
+        print(f"first cross-rank departure: rank {dep.label}, {dep.describe()}")
+    return 0
+
+
+def _tolerance(p: argparse.ArgumentParser, rtol: float, atol: float) -> None:
+    p.add_argument("--rtol", type=_nonneg, default=rtol, metavar="X",
+                   help=f"relative tolerance: |a-b| <= atol + rtol*max(|a|,|b|) (default {rtol:g})")
+    p.add_argument("--atol", type=_nonneg, default=atol, metavar="X", help=f"absolute tolerance (default {atol:g})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from msprobe_launch import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="msprobe-dump",
+        description="Read an msprobe dump (msprobe-launch's or msprobe's): where the first NaN/Inf appeared, "
+                    "which rank departs from the others, how two dumps differ, and an HTML report.",
+        epilog="exit codes: 0 nothing found, 1 findings, 2 usage error or nothing to read")
+    parser.add_argument("--version", action="version", version=f"msprobe-dump {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("summary", help="per rank and step: records, bytes, errors, incomplete steps, first NaN/Inf",
+                       description="Per rank and step: records, bytes, errors, incomplete steps; the first record "
+                                   "with a NaN/Inf statistic per rank (execution order) and in the whole job, with "
+                                   "its stack from stack.json.")
+    p.add_argument("dump", help="dump path, step directory, rank directory or dump.json file")
+    p.add_argument("--frames", type=int, default=8, metavar="N",
+                   help="stack frames shown for the job's first NaN/Inf (default 8, -1 all, 0 none)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only with rich installed, on "
+                                                              "a terminal, for dumps over 64 MiB)")
+    p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("ranks", help="cross-rank consistency under data parallelism",
+                       description="Compare, step by step, the records that must agree across data-parallel ranks "
+                                   "(module parameters, parameters_grad, optimizer records, and --pattern "
+                                   "matches) and report per rank the first record where it departs from the "
+                                   "others.")
+    p.add_argument("dump", help="dump path")
+    p.add_argument("--pattern", action="append", type=_regex, default=[], metavar="REGEX",
+                   help="also compare records whose name matches (repeatable)")
+    p.add_argument("--no-defaults", action="store_true",
+                   help="compare only the --pattern records (not parameters, gradients and optimizer records)")
+    p.add_argument("--step", type=_steps, default=None, metavar="LIST", help="only these steps, e.g. 0,2,4-6")
+    _tolerance(p, rk.DEFAULT_RTOL, rk.DEFAULT_ATOL)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_ranks)
+
+    p = sub.add_parser("diff", help="two dumps aligned by record name",
+                       description="Align two dumps by record name, per step and rank (or two dump.json files / "
+                                   "rank directories), and report per record the differences of Max/Min/Mean/Norm "
+                                   "(and cosine similarity and max abs error when both saved .pt tensors), with the "
+                                   "first record beyond tolerance in A's execution order.")
+    p.add_argument("a", help="dump A (dump path, rank directory or dump.json)")
+    p.add_argument("b", help="dump B, the baseline")
+    _tolerance(p, dif.DEFAULT_RTOL, dif.DEFAULT_ATOL)
+    p.add_argument("--csv", metavar="OUT", help="write one row per record and tensor leaf to this CSV file")
+    p.add_argument("--step", type=_steps, default=None, metavar="LIST", help="only these steps")
+    p.add_argument("--rank", type=_steps, default=None, metavar="LIST", help="only these ranks")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="records beyond tolerance listed (default 10)")
+    p.add_argument("--no-tensors", action="store_true", help="do not load .pt files (statistics only)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("report", help="a self-contained HTML report",
+                       description="Write one self-contained HTML file: the findings (first NaN/Inf with its "
+                                   "source line, cross-rank departures, incomplete steps), rank x layer heat maps "
+                                   "of gradient norms, and the statistics of chosen records over steps.")
+    p.add_argument("dump", help="dump path")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default ./msprobe_report.html)")
+    p.add_argument("--record", action="append", type=_regex, default=[], metavar="REGEX",
+                   help="records to plot over steps (repeatable; default: loss and parameters_grad records)")
+    p.add_argument("--stat", action="append", choices=("Max", "Min", "Mean", "Norm"), default=[],
+                   help="statistic plotted (repeatable; default Norm)")
+    p.add_argument("--heatmap-step", action="append", type=int, default=[], metavar="N",
+                   help="steps with a heat map (repeatable; default: all if at most 3, else the first NaN/Inf "
+                        "step, the first departure step and the last step)")
+    p.add_argument("--max-series", type=int, default=24, metavar="N", help="at most N plotted series (default 24)")
+    p.add_argument("--pattern", action="append", type=_regex, default=[], metavar="REGEX",
+                   help="extra records for the cross-rank check, as in `ranks`")
+    _tolerance(p, rk.DEFAULT_RTOL, rk.DEFAULT_ATOL)
+    p.add_argument("--title", help="page title")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_report)
+    return parser
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    sys.exit(_summary_main(argv))
+    args = build_parser().parse_args(argv)
+    for path in [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]:
+        problem = _need_dump(path)
+        if problem:
+            print(f"msprobe-dump {args.command}: {problem}", file=sys.stderr)
+            sys.exit(2)
+    try:
+        code = args.func(args)
+    except BrokenPipeError:  # `msprobe-dump ... | head`
+        code = 0
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -214,7 +214,13 @@ class Encoder:
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
             msg = f"{type(exc).__name__}: {exc}"[:200]
             self._writer.log_error(f"tensor {file_name or ''} skipped: {msg}")
-            return {"type": "torch.Tensor", "error": msg}
+            out: Dict[str, Any] = {"type": "torch.Tensor"}
+            try:
+                out.update(dtype=dtype_str(t.dtype), shape=list(t.shape))
+            except Exception:
+                pass
+            out["error"] = msg
+            return out
 
     # -- internals --
     def _enc(self, v, pending, prefix, keys, depth, seen):
@@ -314,9 +320,7 @@ class Encoder:
                 return entry
             if file_name is not None and not d.is_meta:
                 fname = layout.safe_component(file_name)
-                snap = d.clone().contiguous()
-                if snap.layout != torch.strided:
-                    snap = snap.to_dense()
+                snap = d.to_dense() if d.layout != torch.strided else d.clone().contiguous()
                 entry["data_name"] = fname
                 self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap,
                                          snap.numel() * snap.element_size())

@@ -1,0 +1,325 @@
+"""Cross-rank consistency for data parallelism: which rank first departs from the others, and where.
+
+Under data parallelism every rank holds the same parameters and, after the gradient all-reduce, the same
+gradients, so their statistics must agree across ranks at each step. Compared by default:
+
+* ``parameters`` of module forward records (L0/mix): the weights each rank computed with;
+* ``*.parameters_grad.*`` records; msprobe captures them when a gradient accumulates, which under DDP is
+  *before* the bucket all-reduce, so a record on which no two ranks ever agree (on finite values) is
+  treated as rank-local and left out (listed in the result);
+* optimizer records: construct.json puts them under ``optimizer`` / ``clip_grad`` (mix), or their stack
+  runs through ``torch/optim`` or ``clip_grad`` (any level): they read the all-reduced gradients;
+* any record whose name matches a user ``--pattern``.
+
+For each step and record the reference is the rank closest to the per-statistic median of all ranks
+(the majority when there is one); with no majority (two ranks) it is the lowest rank, DDP's broadcast
+source. Each other rank departs when a statistic differs from the reference beyond ``atol + rtol * |x|``.
+Steps are read one at a time (the dump is discovered step-major), so memory holds one step of these records.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
+
+from msprobe_launch import stats as st
+from msprobe_launch.summary import ProcDir, iter_object
+
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-8
+_OPTIM_FRAME = re.compile(r"[/\\]torch[/\\](?:optim[/\\]|nn[/\\]utils[/\\]clip_grad)")
+_OPTIM_PARENTS = ("optimizer", "clip_grad")
+KINDS = ("param", "grad", "optimizer", "pattern")
+
+
+@dataclass
+class Departure:
+    label: str
+    rank: Optional[int]
+    root: str
+    step: int
+    position: int
+    record: str
+    kind: str  # param | grad | optimizer | pattern
+    leaf: str
+    field: str  # the first statistic (or shape/dtype/md5) that differs
+    value: Any
+    reference: Any
+    reference_label: str
+    param: Optional[str]  # the parameter the record is about, when known
+    ranks: int  # ranks compared for this record
+
+    def describe(self) -> str:
+        about = {"param": "parameter", "grad": "gradient", "optimizer": "optimizer update",
+                 "pattern": "--pattern"}[self.kind]
+        if self.param:
+            about += f" of {self.param}"
+        return (f"step {self.step}, record #{self.position} {self.record} [{about}]: {self.leaf or '.'} "
+                f"{self.field} {st.fmt(self.value)} vs {st.fmt(self.reference)} on rank {self.reference_label}")
+
+
+@dataclass
+class RanksResult:
+    labels: List[str] = field(default_factory=list)  # every rank compared, in rank order
+    first: Dict[str, Departure] = field(default_factory=dict)  # per rank label
+    counts: Dict[str, int] = field(default_factory=dict)  # departing records per rank label
+    step_counts: Dict[Tuple[str, int], int] = field(default_factory=dict)  # (rank label, step) -> departures
+    compared: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})  # record comparisons
+    steps: List[int] = field(default_factory=list)
+    rank_local: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+
+    @property
+    def first_overall(self) -> Optional[Departure]:
+        if not self.first:
+            return None
+        order = {label: i for i, label in enumerate(self.labels)}
+        return min(self.first.values(), key=lambda d: (d.step, d.position, order.get(d.label, 0)))
+
+
+class _Proc:
+    def __init__(self, proc: ProcDir):
+        self.proc = proc
+        self.records: Dict[str, Tuple[int, str, List[st.Leaf]]] = {}
+        self.params: Dict[Tuple, List[str]] = {}  # (shape, stats) -> parameter names, to name optimizer records
+
+
+class RankChecker:
+    """Collects the records that must agree across ranks (``on_record``) and compares them a step at a time."""
+
+    def __init__(self, patterns: Sequence[str] = (), defaults: bool = True, rtol: float = DEFAULT_RTOL,
+                 atol: float = DEFAULT_ATOL, steps: Optional[Set[int]] = None):
+        self.patterns: List[Pattern[str]] = [re.compile(p) for p in patterns]
+        self.defaults = defaults
+        self.rtol, self.atol = rtol, atol
+        self.steps = steps
+        self.result = RanksResult(rtol=rtol, atol=atol)
+        self._group: Optional[Tuple[str, int]] = None
+        self._procs: Dict[Tuple[str, str], _Proc] = {}
+        self._optim: Dict[str, Set[str]] = {}
+        self._labels: Dict[str, Tuple] = {}
+        # parameters_grad departures wait for the end: they are dropped if the record is rank-local
+        self._grad_agree: Dict[str, bool] = {}  # record -> whether two ranks ever agreed on finite values
+        self._grad_deps: Dict[str, List[Departure]] = {}  # record -> first departure per rank
+        self._grad_step_counts: List[Tuple[str, str, int]] = []  # (record, rank label, step)
+        self._lonely: List[int] = []  # steps with a single rank
+
+    # ---- collection ----
+    def on_record(self, proc: ProcDir, position: int, name: str, value: Any) -> None:
+        if proc.root != "." and not proc.root.startswith("attempt"):
+            return  # duplicate ranks are not replicas of the job's ranks
+        if self.steps is not None and proc.step not in self.steps:
+            return
+        group = (proc.root, proc.step)
+        if group != self._group:
+            self._finish_group()
+            self._group = group
+        p = self._procs.get(proc.key)
+        if p is None:
+            p = self._procs[proc.key] = _Proc(proc)
+            self._labels.setdefault(proc.label, (proc.attempt, proc.rank if proc.rank is not None else 1 << 30,
+                                                 proc.process, proc.root))
+        if not isinstance(value, dict):
+            return
+        if name.startswith("Module.") and isinstance(value.get("parameters"), dict) and value["parameters"]:
+            mod = st.module_path(name)
+            params = st.leaves(value["parameters"], "parameters")
+            for leaf in params:
+                if mod is not None:
+                    pname = f"{mod}.{leaf.path.split('.', 1)[1]}"
+                    p.params.setdefault((leaf.shape, leaf.stats), []).append(pname)
+        else:
+            params = []
+        if any(rx.search(name) for rx in self.patterns):
+            p.records[name] = (position, "pattern", st.leaves(value))
+        elif not self.defaults:
+            return
+        elif ".parameters_grad." in name:
+            p.records[name] = (position, "grad", st.leaves(value))
+        elif params:
+            p.records[name] = (position, "param", params)
+        elif name in self._optimizer_keys(proc):
+            p.records[name] = (position, "optimizer", st.leaves(value))
+
+    def _optimizer_keys(self, proc: ProcDir) -> Set[str]:
+        keys = self._optim.get(proc.path)
+        if keys is not None:
+            return keys
+        keys = set()
+        try:
+            for key, parent in iter_object(os.path.join(proc.path, "construct.json")):
+                if isinstance(parent, list) and parent:  # Megatron: [parent, micro_step]
+                    parent = parent[0]
+                if parent in _OPTIM_PARENTS:
+                    keys.add(key)
+        except (ValueError, OSError, UnicodeDecodeError):
+            pass
+        if not keys:  # L1 has no construct.json entries: use the stacks
+            try:
+                for key, value in iter_object(os.path.join(proc.path, "stack.json")):
+                    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], list):
+                        names, frames = value
+                    else:
+                        names, frames = [key], value
+                    if isinstance(frames, list) and any(_OPTIM_FRAME.search(str(f)) for f in frames):
+                        keys.update(str(n) for n in names)
+            except (ValueError, OSError, UnicodeDecodeError):
+                pass
+        self._optim = {proc.path: keys}  # one directory at a time
+        return keys
+
+    # ---- comparison ----
+    def _reference(self, leafsets: List[Dict[str, st.Leaf]], paths: List[str]) -> int:
+        n = len(leafsets)
+        if n <= 2:
+            return 0
+        scores = [0] * n
+        for path in paths:
+            shapes = [ls[path].shape for ls in leafsets]
+            common = max(set(shapes), key=shapes.count)
+            for i, s in enumerate(shapes):
+                scores[i] += s != common
+            for j in range(len(st.STATS)):
+                vals = [ls[path].stats[j] for ls in leafsets]
+                finite = [v for v in vals if v is not None and not math.isnan(v)]
+                med = st.median(finite) if len(finite) * 2 > n else math.nan
+                for i, v in enumerate(vals):
+                    scores[i] += not st.close(math.nan if v is None else v, med, self.rtol, self.atol)
+        return min(range(n), key=lambda i: (scores[i], i))
+
+    def _finish_group(self) -> None:
+        procs = list(self._procs.values())
+        self._procs = {}
+        if self._group is None:
+            return
+        root, step = self._group
+        if len(procs) < 2:
+            self._lonely.append(step)
+            return
+        if step not in self.result.steps:
+            self.result.steps.append(step)
+        names: Dict[str, None] = {}
+        for p in procs:
+            names.update(dict.fromkeys(p.records))
+        for name in names:
+            present = [p for p in procs if name in p.records]
+            if len(present) < 2:
+                continue
+            kind = present[0].records[name][1]
+            leafsets = [{leaf.path: leaf for leaf in p.records[name][2]} for p in present]
+            paths = [leaf.path for leaf in present[0].records[name][2] if all(leaf.path in ls for ls in leafsets)]
+            if not paths:
+                continue
+            self.result.compared[kind] += 1
+            ref = self._reference(leafsets, paths)
+            departed = 0
+            for i, p in enumerate(present):
+                if i == ref:
+                    continue
+                for path in paths:
+                    why = st.leaf_mismatch(leafsets[i][path], leafsets[ref][path], self.rtol, self.atol)
+                    if why is None:
+                        continue
+                    departed += 1
+                    dep = Departure(
+                        label=p.proc.label, rank=p.proc.rank, root=root, step=step, position=p.records[name][0],
+                        record=name, kind=kind, leaf=path, field=why,
+                        value=st.field_value(leafsets[i][path], why),
+                        reference=st.field_value(leafsets[ref][path], why),
+                        reference_label=present[ref].proc.label,
+                        param=self._param_name(name, kind, path, present[ref]), ranks=len(present))
+                    if kind == "grad":
+                        deps = self._grad_deps.setdefault(name, [])
+                        if not any(d.label == dep.label for d in deps):
+                            deps.append(dep)
+                        self._grad_step_counts.append((name, dep.label, step))
+                    else:
+                        self._add(dep)
+                    break
+            if kind == "grad" and departed < len(present) - 1:
+                # some ranks agree here; on finite values only, since NaN everywhere agrees trivially
+                finite = any(v is not None and math.isfinite(v) for path in paths for v in leafsets[ref][path].stats)
+                self._grad_agree[name] = self._grad_agree.get(name, False) or finite
+            elif kind == "grad":
+                self._grad_agree.setdefault(name, False)
+
+    @staticmethod
+    def _param_name(name: str, kind: str, path: str, ref: _Proc) -> Optional[str]:
+        mod = st.module_path(name)
+        if kind == "param" and mod is not None:
+            return f"{mod}.{path.split('.', 1)[1]}"
+        if kind == "grad" and mod is not None:
+            return f"{mod}.{path.split('.')[0]}"
+        if kind == "optimizer":
+            for leaf in ref.records[name][2]:  # the first tensor argument is the parameter being updated
+                names = ref.params.get((leaf.shape, leaf.stats))
+                if names:
+                    return " or ".join(dict.fromkeys(names))
+                break
+        return None
+
+    def _add(self, dep: Departure) -> None:
+        r = self.result
+        r.counts[dep.label] = r.counts.get(dep.label, 0) + 1
+        key = (dep.label, dep.step)
+        r.step_counts[key] = r.step_counts.get(key, 0) + 1
+        cur = r.first.get(dep.label)
+        if cur is None or (dep.step, dep.position) < (cur.step, cur.position):
+            r.first[dep.label] = dep
+
+    def finish(self) -> RanksResult:
+        self._finish_group()
+        self._group = None
+        r = self.result
+        r.labels = sorted(self._labels, key=lambda label: self._labels[label])
+        local = {name for name, agreed in self._grad_agree.items() if not agreed}
+        r.rank_local = sorted(local)
+        for name, deps in self._grad_deps.items():
+            if name in local:
+                continue
+            for dep in deps:
+                cur = r.first.get(dep.label)
+                if cur is None or (dep.step, dep.position) < (cur.step, cur.position):
+                    r.first[dep.label] = dep
+        for name, label, step in self._grad_step_counts:
+            if name not in local:
+                r.counts[label] = r.counts.get(label, 0) + 1
+                r.step_counts[(label, step)] = r.step_counts.get((label, step), 0) + 1
+        r.steps.sort()
+        if self._lonely:
+            r.notes.append(f"only one rank in step(s) {','.join(map(str, sorted(set(self._lonely))))}: not compared")
+        if not any(r.compared.values()):
+            r.notes.append("no record to compare: dump at level mix or L0 (module parameters and parameters_grad), "
+                           "or name records with --pattern")
+        return r
+
+
+def format_result(r: RanksResult, dump_path: str = "") -> str:
+    total = sum(r.compared.values())
+    kinds = ", ".join(f"{k} {v}" for k, v in r.compared.items() if v)
+    lines = [f"cross-rank consistency: {dump_path}" if dump_path else "cross-rank consistency",
+             f"{len(r.labels)} ranks, steps {','.join(map(str, r.steps)) or '-'}, {total} record comparisons"
+             f"{' (' + kinds + ')' if kinds else ''}; tolerance rtol={r.rtol:g} atol={r.atol:g}"]
+    for label in r.labels:
+        dep = r.first.get(label)
+        if dep is None:
+            lines.append(f"rank {label}: consistent")
+        else:
+            lines.append(f"rank {label}: DEPARTS at {dep.describe()}; {r.counts.get(label, 0)} departing record(s)")
+    first = r.first_overall
+    if first is not None:
+        lines.append(f"first departure: rank {first.label}, {first.describe()}")
+    else:
+        lines.append("no rank departs from the others")
+    if r.rank_local:
+        shown = ", ".join(r.rank_local[:4]) + (f" (+{len(r.rank_local) - 4} more)" if len(r.rank_local) > 4 else "")
+        lines.append(f"note: {len(r.rank_local)} parameters_grad record(s) never agree across ranks and are treated "
+                     f"as rank-local (captured before the gradient all-reduce): {shown}")
+    for note in r.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""Helpers for the msprobe-dump tests: run a test script through the real launcher, run msprobe-dump, read a PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import zlib
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+from launch_util import HERE, launch, run
+
+SCRIPTS = os.path.join(HERE, "scripts")
+DUMP_CLI = [sys.executable, "-m", "msprobe_launch.report"]  # what the msprobe-dump console script runs
+
+
+def launch_script(tmp_path: Any, script: str, *script_args: str, level: str = "mix",
+                  dump: str = "dump") -> Tuple[str, subprocess.CompletedProcess]:
+    """Run tests/scripts/SCRIPT on 2 ranks (gloo, CPU) through msprobe-launch; returns (dump path, launcher run)."""
+    os.makedirs(str(tmp_path), exist_ok=True)
+    args = ["--standalone", "--nproc-per-node", "2", "--level", level, "--dump-path", dump,
+            os.path.join(SCRIPTS, script), *script_args]
+    proc = launch(args, str(tmp_path), timeout=240)
+    assert proc.returncode == 0, f"launcher failed\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}"
+    return os.path.join(str(tmp_path), dump), proc
+
+
+def dump_cli(args: Sequence[str], cwd: Any, timeout: float = 120) -> subprocess.CompletedProcess:
+    return run(DUMP_CLI + list(args), str(cwd), timeout=timeout)
+
+
+def load_data(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["data"]
+
+
+def _bad(x: Any) -> bool:
+    return isinstance(x, float) and not math.isfinite(x)
+
+
+def first_nonfinite(path: str) -> Optional[Tuple[int, str]]:
+    """(position, record) of the first record with a NaN/Inf statistic, read with plain json (independent check)."""
+    def walk(v: Any) -> bool:
+        if isinstance(v, dict):
+            return any(_bad(v.get(k)) for k in ("Max", "Min", "Mean", "Norm")) or any(walk(x) for x in v.values())
+        if isinstance(v, list):
+            return any(walk(x) for x in v)
+        return False
+
+    for i, (name, rec) in enumerate(load_data(path).items()):
+        if walk(rec):
+            return i, name
+    return None
+
+
+def line_of(path: str, marker: str) -> int:
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if marker in line:
+                return n
+    raise AssertionError(f"{marker!r} not in {path}")
+
+
+def read_png(path: str) -> np.ndarray:
+    """Decode an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes) to an (h, w, channels) array."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width = 8, [], 0
+    while pos < len(raw):
+        n = int.from_bytes(raw[pos:pos + 4], "big")
+        kind, body = raw[pos + 4:pos + 8], raw[pos + 8:pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IHDR":
+            width, height = int.from_bytes(body[0:4], "big"), int.from_bytes(body[4:8], "big")
+            depth, color, interlace = body[8], body[9], body[12]
+            assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat.append(body)
+    data = np.frombuffer(zlib.decompress(b"".join(idat)), dtype=np.uint8)
+    stride = width * bpp
+    rows = data.reshape(height, stride + 1)
+    out = np.zeros((height, stride), dtype=np.int32)
+    prev = np.zeros(stride, dtype=np.int32)
+    for y in range(height):
+        ftype, line = rows[y, 0], rows[y, 1:].astype(np.int32)
+        if ftype == 0:
+            cur = line
+        elif ftype == 1:  # Sub: running sum per channel
+            cur = np.cumsum(line.reshape(width, bpp), axis=0).reshape(-1) % 256
+        elif ftype == 2:  # Up
+            cur = (line + prev) % 256
+        else:  # Average / Paeth depend on the reconstructed left pixel: one pixel at a time
+            cur = np.zeros(stride, dtype=np.int32)
+            lst: List[int] = line.tolist()
+            up: List[int] = prev.tolist()
+            res = [0] * stride
+            for i in range(stride):
+                a = res[i - bpp] if i >= bpp else 0
+                b = up[i]
+                if ftype == 3:
+                    res[i] = (lst[i] + (a + b) // 2) % 256
+                else:
+                    c = up[i - bpp] if i >= bpp else 0
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                    res[i] = (lst[i] + pred) % 256
+            cur = np.array(res, dtype=np.int32)
+        out[y] = cur
+        prev = cur
+    return out.reshape(height, width, bpp)[:, :, :3].astype(np.uint8)
+
+
+def count_color(img: np.ndarray, rgb: Tuple[int, int, int], tol: int = 12) -> int:
+    diff = np.abs(img.astype(np.int32) - np.array(rgb, dtype=np.int32)).max(axis=2)
+    return int((diff <= tol).sum())
