@@ -55,6 +55,7 @@ class DumpConfig:
     precision: str = "low"
     risk_level: str = "FOCUS"
     all_apis: bool = False  # widen L1 beyond msprobe's API list: every torch function call is recorded
+    stat_cache: bool = True  # reduce each distinct tensor once per step (off: every occurrence is reduced)
     overflow_nums: int = 1
     step_on: str = "optimizer"  # zero-code step boundary
     pending_bytes: int = 256 << 20  # tensor task: memory budget of queued writes
@@ -222,7 +223,7 @@ def build_config(values: Mapping[str, Any]) -> DumpConfig:
         raise ConfigError("data_mode", f"must be a list of strings from {_allowed(DATA_MODES)}, got {dm!r}")
     cfg.data_mode = _check_data_mode(_str_list("data_mode", dm))
     cfg.summary_mode = _choice("summary_mode", v.get("summary_mode", cfg.summary_mode), SUMMARY_MODES)
-    for key in ("async_dump", "extra_info", "all_apis"):
+    for key in ("async_dump", "extra_info", "all_apis", "stat_cache"):
         if key in v:
             setattr(cfg, key, _bool(key, v[key]))
     cfg.precision = _choice("precision", v.get("precision", cfg.precision), PRECISIONS)

@@ -6,6 +6,7 @@ created 0640 and directories 0750; no symlink is followed when creating; writes 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -91,6 +92,23 @@ def _open_new(path: str, append: bool = False) -> int:
 def open_append(path: str):
     """Append-only handle (journals, logs); refuses a symlink at path."""
     return os.fdopen(_open_new(path, append=True), "ab", buffering=0)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str):
+    """A binary file object for a temp file beside path, renamed over path when the block succeeds."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = _open_new(tmp)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.replace(tmp, path)
 
 
 def write_atomic(path: str, data: bytes) -> None:

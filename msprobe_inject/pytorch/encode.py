@@ -47,7 +47,7 @@ class Pending(list):
 
 def resolve(pending: list) -> None:
     for entry, stat, kind in pending:
-        vals = stat.tolist()
+        vals = stat.tolist() if isinstance(stat, torch.Tensor) else [x.item() for x in stat]
         if kind == "f":
             entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = vals
         elif kind == "i":
@@ -80,8 +80,10 @@ class StatCache:
 
     Key: storage address, dtype, shape, strides and the version counter (bumped by every in-place
     op, shared by views), plus a weak reference proving the memory was not freed and reused. Cleared
-    at every step boundary, so writes that bypass the version counter (``p.data.add_``) cannot leak
-    stale numbers across steps.
+    at every step boundary, so writes that bypass the version counter (``p.data.add_``: ``.data`` has a
+    counter of its own) cannot leak stale numbers across steps; within a step, a tensor written through
+    ``.data`` and then passed to another API would show its earlier statistics (``stat_cache: false``
+    turns the cache off).
     """
 
     __slots__ = ("entries", "hits", "misses", "bytes_reduced")
@@ -137,11 +139,15 @@ def stat_of(t: torch.Tensor, high_precision: bool):
     if t.dim() == 0:
         return t.reshape(1).clone(), "s"
     t = _dense(t)
+    cpu = t.device.type == "cpu"
     if t.is_floating_point() and dt is not torch.float64 and not high_precision:
         mn, mx = torch.aminmax(t)
-        return torch.stack([mx, mn, t.mean(), torch.linalg.vector_norm(t)]), "f"
+        vals = (mx, mn, t.mean(), torch.linalg.vector_norm(t))
+        # on CPU the four 0-d results are read by the writer thread; elsewhere one stacked
+        # tensor means one device-to-host copy when it is read
+        return (vals if cpu else torch.stack(vals)), "f"
     mn, mx = torch.aminmax(t)
-    return torch.stack([mx, mn]), "i"
+    return ((mx, mn) if cpu else torch.stack([mx, mn])), "i"
 
 
 def raw_bytes(t: torch.Tensor):
@@ -178,12 +184,9 @@ def xor_hex(t: torch.Tensor) -> Optional[str]:
 
 
 def save_pt(tensor: torch.Tensor, path: str) -> None:
-    """torch.save into a file created without following symlinks, 0640, atomically."""
-    import io
-
-    buf = io.BytesIO()
-    torch.save(tensor, buf)
-    layout.write_atomic(path, buf.getvalue())
+    """torch.save straight into a file created without following symlinks, 0640, renamed into place."""
+    with layout.atomic_file(path) as fh:
+        torch.save(tensor, fh)
 
 
 class Encoder:
@@ -199,6 +202,7 @@ class Encoder:
         self._tensor_dir = tensor_dir_fn
         self._writer = writer
         self.cache = StatCache()
+        self.use_cache = cfg.stat_cache
 
     def wants_files(self, key: str) -> bool:
         return self.save_all or (bool(self.tensor_list) and any(s in key for s in self.tensor_list))
@@ -206,9 +210,16 @@ class Encoder:
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
         """Encode a value. file_prefix is the tensor file stem ('{key}.input') or None for no files."""
-        return self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
+        prev = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)  # one switch per value, not a context manager per tensor
+        try:
+            return self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
+        finally:
+            torch._C._set_grad_enabled(prev)
 
     def tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
+        prev = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
         try:
             return self._tensor(t, pending, file_name)
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
@@ -221,6 +232,8 @@ class Encoder:
                 pass
             out["error"] = msg
             return out
+        finally:
+            torch._C._set_grad_enabled(prev)
 
     # -- internals --
     def _enc(self, v, pending, prefix, keys, depth, seen):
@@ -228,7 +241,10 @@ class Encoder:
             name = None
             if prefix is not None:
                 name = ".".join([prefix, *(str(k) for k in keys)]) + ".pt"
-            return self.tensor(v, pending, name)
+            try:
+                return self._tensor(v, pending, name)
+            except Exception:
+                return self.tensor(v, pending, name)  # logs and returns the error entry
         if v is None:
             return None
         if isinstance(v, (torch.dtype, torch.device)):
@@ -296,42 +312,37 @@ class Encoder:
         return out_l
 
     def _tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
-        with torch.no_grad():
-            d = t.detach()
-            entry: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape)}
-            if self.summary == "xor" and not self.structure:
-                entry["md5"] = xor_hex(d) if d.dim() else _scalar(d)
-                entry["requires_grad"] = t.requires_grad
-                return entry
-            cached = None
-            key = None
-            if not self.structure:
-                entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = None
-                key = self.cache.key(d)
-                cached = self.cache.get(key) if key is not None else None
-                if cached is not None:
-                    stat, kind = cached[1], cached[2]
-                else:
-                    stat, kind = stat_of(d, self.high)
-                if stat is not None:
-                    pending.append((entry, stat, kind))
-            entry["requires_grad"] = t.requires_grad
-            if self.structure:
-                return entry
-            if file_name is not None and not d.is_meta:
-                fname = layout.safe_component(file_name)
-                snap = d.to_dense() if d.layout != torch.strided else d.clone().contiguous()
-                entry["data_name"] = fname
-                self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap,
-                                         snap.numel() * snap.element_size())
-            crc = None
-            if self.summary == "md5":
-                crc = cached[3] if cached is not None and cached[3] is not None else (
-                    crc32_hex(d) if d.layout == torch.strided else crc32_hex(d.to_dense()))
-                entry["md5"] = crc
-            if cached is None and key is not None:
-                self.cache.put(key, t, (stat, kind, crc))  # t: the caller's object, alive while it is used
-            return entry
+        # callers switch grad mode off once (encode(), tensor()): no detach, no context per tensor
+        if self.summary == "xor" and not self.structure:
+            return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
+                    "md5": xor_hex(t) if t.dim() else _scalar(t), "requires_grad": t.requires_grad}
+        if self.structure:
+            return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
+                    "requires_grad": t.requires_grad}
+        entry: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
+                                 "Max": None, "Min": None, "Mean": None, "Norm": None,
+                                 "requires_grad": t.requires_grad}
+        key = self.cache.key(t) if self.use_cache else None
+        cached = self.cache.get(key) if key is not None else None
+        if cached is not None:
+            stat, kind = cached[1], cached[2]
+        else:
+            stat, kind = stat_of(t, self.high)
+        if stat is not None:
+            pending.append((entry, stat, kind))
+        if file_name is not None and not t.is_meta:
+            fname = layout.safe_component(file_name)
+            snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
+            entry["data_name"] = fname
+            self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap, snap.numel() * snap.element_size())
+        crc = None
+        if self.summary == "md5":
+            crc = cached[3] if cached is not None and cached[3] is not None else (
+                crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense()))
+            entry["md5"] = crc
+        if cached is None and key is not None:
+            self.cache.put(key, t, (stat, kind, crc))  # t: the caller's object, alive while it is used
+        return entry
 
     def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:
         e: Dict[str, Any] = {"type": "numpy.ndarray", "dtype": str(a.dtype), "shape": list(a.shape)}

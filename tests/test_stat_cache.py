@@ -1,0 +1,54 @@
+"""The statistics cache gives exactly the numbers a run without it gives: after in-place updates,
+for views, for tensors re-used across APIs and for memory freed and re-allocated."""
+
+from __future__ import annotations
+
+from util import PREAMBLE, load_dump, run_py
+
+SCRIPT = PREAMBLE + """
+from msprobe_inject.pytorch import encode
+import msprobe_inject.config as mc
+cfg_path = sys.argv[2] + ".json"
+json.dump({"dump_path": sys.argv[2], "level": "L1", "stat_cache": sys.argv[1] == "on"}, open(cfg_path, "w"))
+debugger = PrecisionDebugger(config_path=cfg_path)
+debugger.start()
+x = torch.randn(4, 6)
+torch.exp(x)          # x reduced
+torch.exp(x)          # same x: cached
+x.add_(1.0)           # in-place: version bump
+torch.exp(x)
+v = x[:, 1:3]         # a view: different geometry
+torch.exp(v)
+x.mul_(2.0)           # in-place on the base changes the view too
+torch.exp(v)
+t = x.t()             # transposed view
+torch.exp(t)
+with torch.no_grad():
+    x.sub_(3.0)       # in-place under no_grad still bumps the version
+torch.exp(x)
+for _ in range(5):    # freed and re-allocated memory of the same shape
+    y = torch.randn(4, 6)
+    torch.exp(y)
+    del y
+p = torch.nn.Parameter(torch.randn(3))
+opt = torch.optim.SGD([p], lr=0.5)
+torch.exp(p).sum().backward()
+opt.step()
+torch.exp(p)          # updated by the optimizer (in-place, version bump)
+debugger.stop(); debugger.step()
+from msprobe_inject.pytorch.debugger import get_runtime
+print("HITS", get_runtime().encoder.cache.hits)
+"""
+
+
+def test_cache_equals_no_cache(tmp_path):
+    hits = int(run_py(SCRIPT, str(tmp_path), args=("on", "with_cache")).stdout.split("HITS")[1])
+    assert hits > 0, "the cache was not used"
+    assert int(run_py(SCRIPT, str(tmp_path), args=("off", "without_cache")).stdout.split("HITS")[1]) == 0
+    a = load_dump(str(tmp_path / "with_cache"))["data"]
+    b = load_dump(str(tmp_path / "without_cache"))["data"]
+    assert list(a) == list(b)
+    assert a == b
+    # the in-place updates are visible: the three exp inputs of x differ
+    mx = [a[f"Torch.exp.{i}.forward"]["input_args"][0]["Max"] for i in (0, 2)]
+    assert mx[0] != mx[1]
