@@ -126,6 +126,7 @@ class DumpWriter:
         self._overflow_left = overflow_nums  # None: keep every record
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
+        self._stack_text: Dict[tuple, List[str]] = {}
 
     # ---- called from the training thread ----
     def _ensure_thread(self) -> None:
@@ -239,6 +240,12 @@ class DumpWriter:
             except queue.Empty:
                 pass
             lines: List[bytes] = []
+            pending = [item for ev in batch if len(ev) == 4 and isinstance(ev[3], list) for item in ev[3]]
+            if pending:
+                try:
+                    self._resolver(pending)  # the whole batch at once
+                except Exception as exc:
+                    self.log_error(f"statistics could not be read: {type(exc).__name__}: {exc}")
             for ev in batch:
                 try:
                     stop = self._handle(ev, lines)
@@ -314,9 +321,13 @@ class DumpWriter:
             return False
         _, key, value, pending = ev
         if op == "stack":
-            value = format_stack(value)
+            text = self._stack_text.get(value)
+            if text is None:  # identical stacks are formatted once per process
+                if len(self._stack_text) > 50_000:
+                    self._stack_text.clear()
+                text = self._stack_text[value] = format_stack(value)
+            value = text
         if pending:
-            self._resolver(pending)
             if self._overflow_left is not None and op in ("set", "move", "update"):
                 if not _has_nonfinite(value):
                     return False

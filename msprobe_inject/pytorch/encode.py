@@ -45,9 +45,29 @@ class Pending(list):
     """(entry, stat tensor, kind) triples of one record, resolved in the writer thread."""
 
 
+def _read_scalars(pending: list) -> Dict[int, list]:
+    """All 0-d results of a batch read in one stack + tolist per dtype, not one .item() each."""
+    groups: Dict[torch.dtype, list] = {}
+    for i, (_entry, stat, _kind) in enumerate(pending):
+        if not isinstance(stat, torch.Tensor):
+            for j, x in enumerate(stat):
+                groups.setdefault(x.dtype, []).append((i, j, x))
+    out: Dict[int, list] = {}
+    for items in groups.values():
+        values = torch.stack([x for _, _, x in items]).tolist()
+        for (i, j, _), v in zip(items, values):
+            row = out.get(i)
+            if row is None:
+                row = out[i] = [None] * len(pending[i][1])
+            row[j] = v
+    return out
+
+
 def resolve(pending: list) -> None:
-    for entry, stat, kind in pending:
-        vals = stat.tolist() if isinstance(stat, torch.Tensor) else [x.item() for x in stat]
+    """Fill the statistics of a batch of (entry, stat, kind) in place (writer thread)."""
+    scalars = _read_scalars(pending)
+    for i, (entry, stat, kind) in enumerate(pending):
+        vals = stat.tolist() if isinstance(stat, torch.Tensor) else scalars[i]
         if kind == "f":
             entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = vals
         elif kind == "i":
