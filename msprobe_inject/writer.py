@@ -174,6 +174,10 @@ class DumpWriter:
             self._pending += nbytes
         self._send(("tensor", path, tensor, nbytes), push=True)
 
+    def link_tensor(self, src: str, dst: str) -> None:
+        """dst holds the same data as the already queued src: a hard link, or a copy where links fail."""
+        self._send(("link", src, dst, None))
+
     def flush(self, timeout: float = 600.0) -> None:
         """Write the current step's json files; blocks until everything queued so far is on disk."""
         if self._thread is None:
@@ -302,6 +306,28 @@ class DumpWriter:
                 with self._cv:
                     self._pending -= nbytes
                     self._cv.notify_all()
+            return False
+        if op == "link":
+            _, src, dst, _unused = ev
+            if self.stopped or (self._state is not None and self._state.directory in self._failed_dirs):
+                return False
+            try:
+                if self._state is not None:
+                    layout.check_no_symlink(self._state.directory, os.path.dirname(dst))
+                try:
+                    os.link(src, dst, follow_symlinks=False)
+                except FileExistsError:
+                    os.unlink(dst)
+                    os.link(src, dst, follow_symlinks=False)
+            except OSError:
+                try:
+                    import shutil
+
+                    with open(src, "rb") as fi, layout.atomic_file(dst) as fo:
+                        shutil.copyfileobj(fi, fo)
+                except OSError as exc:
+                    self.log_error(f"cannot write tensor file {os.path.basename(dst)}: {exc}",
+                                   os.path.dirname(os.path.dirname(dst)))
             return False
         st = self._state
         if st is None:

@@ -358,3 +358,47 @@ def test_config_is_valid_or_rejected_by_name(values):
         return
     assert cfg.task in ("statistics", "tensor", "structure", "overflow_check")
     assert all(isinstance(s, int) and 0 <= s <= 1_000_000 for s in cfg.step)
+
+
+def test_sigint_flushes_json_files(tmp_path):
+    code = PREAMBLE + """
+import signal, time
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+m = Net()
+debugger.start()
+m(torch.randn(2, 4)).sum().backward()
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(5)
+"""
+    proc = run_py(code, str(tmp_path), check=False)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr
+    d = load_dump(str(tmp_path / "d"))["data"]
+    assert "Functional.linear.1.backward" in d
+
+
+@pytest.mark.e2e
+def test_rank_killed_mid_step_is_recovered_by_the_launcher(tmp_path):
+    script = tmp_path / "die.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time, torch, torch.distributed as dist, torch.nn as nn
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(3):
+            m(torch.randn(2, 4)).sum().backward()
+            if rank == 1 and step == 1:
+                time.sleep(0.5)  # let the writer journal the step's records
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.step(); opt.zero_grad()
+            dist.barrier()
+    """))
+    proc = subprocess.run([sys.executable, "-m", "msprobe_launch", "--standalone", "--nproc-per-node", "2",
+                           "--dump-path", str(tmp_path / "d"), str(script)], cwd=tmp_path,
+                          env=clean_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "recovered" in proc.stderr, proc.stderr[-3000:]
+    d = json.load(open(tmp_path / "d" / "step1" / "rank1" / "dump.json"))
+    assert d["incomplete"] is True
+    assert "Functional.linear.0.forward" in d["data"] and "Functional.linear.1.backward" in d["data"]
+    assert json.load(open(tmp_path / "d" / "step0" / "rank1" / "dump.json"))["data"]

@@ -350,18 +350,26 @@ class Encoder:
             stat, kind = stat_of(t, self.high)
         if stat is not None:
             pending.append((entry, stat, kind))
+        saved = None
         if file_name is not None and not t.is_meta:
             fname = layout.safe_component(file_name)
-            snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
+            saved = f"{self._tensor_dir()}/{fname}"
             entry["data_name"] = fname
-            self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap, snap.numel() * snap.element_size())
+            if cached is not None and len(cached) > 4 and cached[4] is not None:
+                # the same data was saved a moment ago (an output is the next API's input): link it
+                self._writer.link_tensor(cached[4], saved)
+            else:
+                snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
+                self._writer.save_tensor(saved, snap, snap.numel() * snap.element_size())
         crc = None
         if self.summary == "md5":
             crc = cached[3] if cached is not None and cached[3] is not None else (
                 crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense()))
             entry["md5"] = crc
         if cached is None and key is not None:
-            self.cache.put(key, t, (stat, kind, crc))  # t: the caller's object, alive while it is used
+            self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
+        elif cached is not None and saved is not None and cached[4] is None:
+            self.cache.entries[key] = (*cached[:4], saved)
         return entry
 
     def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:
