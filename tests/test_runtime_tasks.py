@@ -293,3 +293,31 @@ print("NOT-REACHED")
     assert proc.returncode == -15 and "NOT-REACHED" not in proc.stdout
     d = load_dump(str(tmp_path / "d"))["data"]
     assert "Functional.linear.5.forward" in d and "Functional.linear.5.backward" in d
+
+
+def test_torch_compile_runs_without_recompiles(tmp_path):
+    code = PREAMBLE + """
+import torch._dynamo as dyn
+debugger = PrecisionDebugger(dump_path="d", level="mix")
+torch.manual_seed(0)
+m = Net()
+cm = torch.compile(m)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(3, 4)
+losses = []
+for i in range(3):
+    debugger.start(model=cm)
+    loss = cm(x).sum(); loss.backward(); opt.step(); opt.zero_grad()
+    losses.append(float(loss))
+    debugger.stop(); debugger.step()
+print("RECOMPILES", sum(dyn.utils.counters["recompiles"].values()))
+print("LOSSES", json.dumps(losses))
+"""
+    proc = run_py(code, str(tmp_path))
+    assert int(proc.stdout.split("RECOMPILES")[1].split()[0]) == 0
+    ref = run_py(code.replace('debugger = PrecisionDebugger(dump_path="d", level="mix")',
+                              "debugger = type('D', (), {'start': lambda *a, **k: None, 'stop': lambda *a: None, "
+                              "'step': lambda *a: None})()"), str(tmp_path))
+    assert proc.stdout.split("LOSSES")[1] == ref.stdout.split("LOSSES")[1]
+    d = load_dump(str(tmp_path / "d"), step=1)["data"]
+    assert "Tensor.sum.0.forward" in d and "Tensor.sum.0.backward" in d
