@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 import mindspore as ms
 from mindspore import nn, ops
 
+from .. import values
 from ..config import DumpConfig
 from ..session import Session, rank_from_env
 from . import apis, encode
@@ -676,7 +677,7 @@ class Runtime:
         if not isinstance(name, str) or not isinstance(save_backward, bool):
             self.writer.log_error("save(): name must be a str and save_backward a bool")
             return
-        if not _saveable(variable):
+        if not values.saveable(variable, ms.Tensor):
             self.writer.log_error(f"save(): unsupported type {type(variable).__name__} for '{name}', skipped")
             return
         tls.busy = True
@@ -695,9 +696,9 @@ class Runtime:
             tls.busy = False
 
     def _save_grad(self, variable: Any, gkey: str, files: bool) -> None:
-        holder = {"v": _null_shape(variable)}
+        holder = {"v": values.null_shape(variable)}
         s = self.session
-        s.writer.put("set", gkey, _null_shape(variable), None)
+        s.writer.put("set", gkey, values.null_shape(variable), None)
         if not requires_grad():
             return
 
@@ -710,8 +711,8 @@ class Runtime:
                     pending = encode.Pending()
                     fname = ".".join([gkey, *map(str, path)]) + ".npy" if files else None
                     entry = self.encoder.tensor(grad, pending, fname)
-                    holder["v"] = _put_at(holder["v"], path, entry)
-                    s.writer.put("set", gkey, _copy_shape(holder["v"]), pending)
+                    holder["v"] = values.put_at(holder["v"], path, entry)
+                    s.writer.put("set", gkey, values.copy_shape(holder["v"], "mindspore.Tensor"), pending)
                 except Exception as exc:
                     self.writer.log_error(f"save(): gradient capture for {gkey} failed: {exc}")
                 finally:
@@ -720,55 +721,15 @@ class Runtime:
 
             t.register_hook(hook)
 
-        for t, path in _tensor_paths(variable, []):
+        for t, path in values.tensor_paths(variable, ms.Tensor, []):
             if t.dtype in _DIFF_DTYPES:
                 attach(t, path)
 
 
-def _saveable(v, depth=0) -> bool:
-    if depth > 64:
-        return False
-    if isinstance(v, (ms.Tensor, int, float, str)):
-        return True
-    if isinstance(v, (list, tuple)):
-        return all(_saveable(x, depth + 1) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _saveable(x, depth + 1) for k, x in v.items())
-    return False
 
 
-def _null_shape(v):
-    if isinstance(v, (list, tuple)):
-        return [_null_shape(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _null_shape(x) for k, x in v.items()}
-    return None
 
 
-def _copy_shape(v):
-    if isinstance(v, list):
-        return [_copy_shape(x) for x in v]
-    if isinstance(v, dict) and v.get("type") != "mindspore.Tensor":
-        return {k: _copy_shape(x) for k, x in v.items()}
-    return v
 
 
-def _put_at(root, path, entry):
-    if not path:
-        return entry
-    node = root
-    for p in path[:-1]:
-        node = node[p]
-    node[path[-1]] = entry
-    return root
 
-
-def _tensor_paths(v, path):
-    if isinstance(v, ms.Tensor):
-        yield v, list(path)
-    elif isinstance(v, (list, tuple)):
-        for i, x in enumerate(v):
-            yield from _tensor_paths(x, path + [i])
-    elif isinstance(v, dict):
-        for k, x in v.items():
-            yield from _tensor_paths(x, path + [k])

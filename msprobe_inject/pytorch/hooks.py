@@ -18,6 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import BackwardHook
 
+from .. import values
 from ..config import DumpConfig
 from ..session import Session
 from . import apis, encode
@@ -720,7 +721,7 @@ class Runtime:
         if not isinstance(name, str) or not isinstance(save_backward, bool):
             self.writer.log_error("save(): name must be a str and save_backward a bool")
             return
-        if not _saveable(variable):
+        if not values.saveable(variable, torch.Tensor):
             self.writer.log_error(f"save(): unsupported type {type(variable).__name__} for '{name}', skipped")
             return
         _tls.busy = True
@@ -740,7 +741,7 @@ class Runtime:
             _tls.busy = False
 
     def _save_grad(self, variable, gkey: str, files: bool) -> None:
-        holder = {"v": _null_shape(variable)}
+        holder = {"v": values.null_shape(variable)}
         s = self.session
         s.writer.put("set", gkey, holder["v"], None)
         lock = threading.Lock()
@@ -755,8 +756,8 @@ class Runtime:
                     fname = ".".join([gkey, *map(str, path)]) + ".pt" if files else None
                     entry = self.encoder.tensor(grad, pending, fname)
                     with lock:
-                        holder["v"] = _put_at(holder["v"], path, entry)
-                        s.writer.put("set", gkey, holder["v"], pending)
+                        holder["v"] = values.put_at(holder["v"], path, entry)
+                        s.writer.put("set", gkey, values.copy_shape(holder["v"], "torch.Tensor"), pending)
                 except Exception as exc:
                     self.writer.log_error(f"save(): gradient capture for {gkey} failed: {exc}")
                 finally:
@@ -765,7 +766,7 @@ class Runtime:
 
             t.register_hook(hook)
 
-        for t, path in _tensor_paths(variable, []):
+        for t, path in values.tensor_paths(variable, torch.Tensor, []):
             if t.requires_grad and torch.is_grad_enabled():
                 attach(t, path)
 
@@ -821,45 +822,12 @@ def _frames(skip: int) -> tuple:
     return tuple(out)
 
 
-def _saveable(v, depth=0) -> bool:
-    if depth > 64:
-        return False
-    if isinstance(v, (torch.Tensor, int, float, str)):
-        return True
-    if isinstance(v, (list, tuple)):
-        return all(_saveable(x, depth + 1) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _saveable(x, depth + 1) for k, x in v.items())
-    return False
 
 
-def _null_shape(v):
-    if isinstance(v, (list, tuple)):
-        return [_null_shape(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _null_shape(x) for k, x in v.items()}
-    return None
 
 
-def _put_at(root, path, entry):
-    if not path:
-        return entry
-    node = root
-    for p in path[:-1]:
-        node = node[p]
-    node[path[-1]] = entry
-    return root
 
 
-def _tensor_paths(v, path):
-    if isinstance(v, torch.Tensor):
-        yield v, list(path)
-    elif isinstance(v, (list, tuple)):
-        for i, x in enumerate(v):
-            yield from _tensor_paths(x, path + [i])
-    elif isinstance(v, dict):
-        for k, x in v.items():
-            yield from _tensor_paths(x, path + [k])
 
 
 def _load_ignore() -> Dict[tuple, Dict[str, tuple]]:
