@@ -14,6 +14,7 @@ import json
 import linecache
 import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -22,14 +23,57 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import layout
 
 JOURNAL = "dump.journal"
+_BATCH = 256  # events per hand-off to the writer thread
+_DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long: a kill -9 loses at most that
 ERROR_LOG = "dump_error_info.log"
 _JSON_FILES = ("dump.json", "stack.json", "construct.json")
+# record bodies are acyclic by construction (the encoders cut cycles); keys are str
+_encode = json.JSONEncoder(check_circular=False).encode
+_key = json.encoder.encode_basestring_ascii
 _STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
 
 
-def format_stack(frames: Tuple[Tuple[str, int, str], ...]) -> List[str]:
+def capture_stack(skip: int) -> tuple:
+    """The caller's stack as (code, instruction offset) pairs: cheap on the training thread (no line
+    number is computed there); format_stack turns them into text once per distinct stack."""
+    f = sys._getframe(skip + 1)
     out = []
-    for path, line, func in frames:
+    while f is not None:
+        out.append((f.f_code, f.f_lasti))
+        f = f.f_back
+    return tuple(out)
+
+
+_LINES: Dict[Tuple[Any, int], Tuple[str, int, str]] = {}
+
+
+def _site(code, lasti: int) -> Tuple[str, int, str]:
+    site = _LINES.get((code, lasti))
+    if site is None:
+        line = code.co_firstlineno
+        if hasattr(code, "co_lines"):
+            for start, end, ln in code.co_lines():
+                if start <= lasti < end:
+                    line = ln if ln is not None else line
+                    break
+        else:  # Python 3.9
+            import dis
+
+            for off, ln in dis.findlinestarts(code):
+                if off > lasti:
+                    break
+                line = ln
+        if len(_LINES) > 200_000:
+            _LINES.clear()
+        site = _LINES[(code, lasti)] = (code.co_filename, line, code.co_name)
+    return site
+
+
+def format_stack(frames: tuple) -> List[str]:
+    """msprobe's stack lines from capture_stack pairs or (path, line, function) triples."""
+    out = []
+    for fr in frames:
+        path, line, func = _site(*fr) if len(fr) == 2 else fr
         if any(s in path for s in _STACK_SKIP):
             continue
         src = linecache.getline(path, line).strip()
@@ -57,19 +101,19 @@ class StepState:
     def apply(self, op: str, key: str, value: Any, encoded: Optional[str] = None) -> None:
         if op == "set":
             self.data[key] = value
-            self.enc[key] = encoded if encoded is not None else json.dumps(value)
+            self.enc[key] = encoded if encoded is not None else _encode(value)
         elif op == "move":
             self.data.pop(key, None)
             self.enc.pop(key, None)
             self.data[key] = value
-            self.enc[key] = encoded if encoded is not None else json.dumps(value)
+            self.enc[key] = encoded if encoded is not None else _encode(value)
         elif op == "update":  # merge fields into an existing record, keeping its position
             cur = self.data.get(key)
             if isinstance(cur, dict) and isinstance(value, dict):
                 cur.update(value)
             else:
                 self.data[key] = cur = value
-            self.enc[key] = json.dumps(cur)
+            self.enc[key] = _encode(cur)
         elif op == "construct":
             self.construct[key] = value
         elif op == "stack":
@@ -85,7 +129,7 @@ class StepState:
         for k, v in head.items():
             parts.append(f" {json.dumps(k)}: {json.dumps(v)},\n")
         enc = self.enc
-        recs = [f"\n  {json.dumps(k)}: {enc[k]}" for k in self.data]
+        recs = [f"\n  {_key(k)}: {enc[k]}" for k in self.data]
         parts.append(' "data": {' + ",".join(recs) + ("\n }\n}\n" if recs else "}\n}\n"))
         return "".join(parts).encode("ascii", "backslashreplace")
 
@@ -141,7 +185,7 @@ class DumpWriter:
         # events travel in batches: one queue hand-off (and writer wake-up) per batch, not per record
         with self._blk:
             self._buf.append(ev)
-            if push or len(self._buf) >= 256:
+            if push or len(self._buf) >= _BATCH:
                 buf, self._buf = self._buf, []
                 self._q.put(buf)
 
@@ -231,7 +275,7 @@ class DumpWriter:
     def _run(self) -> None:
         while True:
             try:
-                batch = list(self._q.get(timeout=0.05))
+                batch = list(self._q.get(timeout=_DRAIN_S))
             except queue.Empty:
                 # what the training thread produced in the last 50 ms reaches the journal even
                 # when no batch fills up: a kill -9 loses at most that much
@@ -363,10 +407,10 @@ class DumpWriter:
                     self._overflow_left -= 1
         elif self._overflow_left is not None and op in ("set", "move", "update"):
             return False
-        encoded = json.dumps(value)
+        encoded = _encode(value)
         st.apply(op, key, value, encoded)
         if st.journal is not None:
-            lines.append(f'{{"op": "{op}", "k": {json.dumps(key)}, "v": {encoded}}}\n'.encode("ascii",
+            lines.append(f'{{"op": "{op}", "k": {_key(key)}, "v": {encoded}}}\n'.encode("ascii",
                                                                                             "backslashreplace"))
         return False
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -25,6 +24,7 @@ from mindspore import nn, ops
 from .. import values
 from ..config import DumpConfig
 from ..session import Session, rank_from_env
+from ..writer import capture_stack
 from . import apis, encode
 from .apis import tls
 
@@ -78,14 +78,6 @@ def is_optimizer(cell: Any) -> bool:
     except ImportError:
         return False
 
-
-def _frames(skip: int) -> tuple:
-    f = sys._getframe(skip)
-    out = []
-    while f is not None:
-        out.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
-        f = f.f_back
-    return tuple(out)
 
 
 def _diff_tensor(v: Any) -> bool:
@@ -320,7 +312,7 @@ class Runtime:
                 body["input_args"] = self.encoder.encode(list(args), pending, f"{fkey}.input" if files else None)
                 body["input_kwargs"] = self.encoder.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
             if self.fwd and self.extra:
-                s.writer.put_stack(fkey, _frames(3))
+                s.writer.put_stack(fkey, capture_stack(2))
             if grad:
                 bstate = {"key": bkey, "set": False, "in": None, "out": None}
                 if not apis.is_inplace(api):
@@ -523,7 +515,7 @@ class Runtime:
                                                                    f"{fkey}.kwargs" if files else None)
                         s.writer.put("set", fkey, dict(body), pending)
                     if self.extra:
-                        s.writer.put_stack(fkey, _frames(3))
+                        s.writer.put_stack(fkey, capture_stack(2))
             finally:
                 tls.busy = False
             frames.append((fkey, prefix, idx, keep, body))

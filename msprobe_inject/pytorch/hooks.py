@@ -21,6 +21,7 @@ from torch.utils.hooks import BackwardHook
 from .. import values
 from ..config import DumpConfig
 from ..session import Session
+from ..writer import capture_stack
 from . import apis, encode
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
@@ -392,7 +393,7 @@ class Runtime:
         body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
         body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None)
         if self.extra:
-            self.writer.put_stack(fkey, _frames(3))
+            self.writer.put_stack(fkey, capture_stack(2))
 
     def _api_outputs(self, fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack):
         s = self.session
@@ -527,7 +528,7 @@ class Runtime:
                     s.writer.put("set", fkey, dict(body), pending)
                     pending = encode.Pending()
                 if self.extra:
-                    s.writer.put_stack(fkey, _frames(3))
+                    s.writer.put_stack(fkey, capture_stack(2))
             new_args = None
             bw = None
             if self.bwd and torch.is_grad_enabled():
@@ -812,14 +813,6 @@ def _fwd_hook_kwargs() -> bool:
     except (TypeError, ValueError):
         return False
 
-
-def _frames(skip: int) -> tuple:
-    f = sys._getframe(skip)
-    out = []
-    while f is not None:
-        out.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
-        f = f.f_back
-    return tuple(out)
 
 
 
