@@ -130,7 +130,8 @@ debugger.step()
             for f in ("h.0.debug.pt", "h_grad.0.debug.pt", "nested.0.debug.a.pt", "nested.0.debug.b.0.pt",
                       "nested_grad.0.debug.a.pt"):
                 assert f in files, sorted(files)
-            t = torch.load(os.path.join(rank_dir(str(out / "d")), "dump_tensor_data", "h_grad.0.debug.pt"))
+            t = torch.load(os.path.join(rank_dir(str(out / "d")), "dump_tensor_data", "h_grad.0.debug.pt"),
+                           weights_only=True)
             assert torch.allclose(t, torch.full((2, 3), 3.0))
 
 

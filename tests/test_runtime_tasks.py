@@ -75,7 +75,7 @@ debugger.stop(); debugger.step()
         if e["Max"] is None:
             assert name == "e"
             continue
-        t = torch.load(os.path.join(data_dir, e["data_name"]))
+        t = torch.load(os.path.join(data_dir, e["data_name"]), weights_only=True)
         if name == "b":
             assert (e["Max"], e["Min"]) == (bool(t.any()), bool(t.all()))
             continue
@@ -128,9 +128,16 @@ def test_tensor_task_writes_pt_files(tmp_path):
                  "Module.fc1.Linear.parameters_grad.0.weight.pt", "Module.fc1.Linear.backward.0.input.0.pt"):
         assert name in files, sorted(files)[:20]
     entry = d["data"]["Functional.linear.0.forward"]["input_args"][1]
-    t = torch.load(os.path.join(rd, "dump_tensor_data", entry["data_name"]))
+    t = torch.load(os.path.join(rd, "dump_tensor_data", entry["data_name"]), weights_only=True)
     assert list(t.shape) == entry["shape"] and t.max().item() == pytest.approx(entry["Max"])
     assert not t.requires_grad
+    try:  # mindstudio-probe's own loader reads every file
+        from msprobe.pytorch.common.utils import load_pt
+    except ImportError:
+        load_pt = None
+    if load_pt is not None:
+        for f in files:
+            assert isinstance(load_pt(os.path.join(rd, "dump_tensor_data", f), to_cpu=True), torch.Tensor)
     for f in files:
         assert oct(os.stat(os.path.join(rd, "dump_tensor_data", f)).st_mode & 0o777) == "0o640"
 
