@@ -89,10 +89,12 @@ class StepState:
         self.directory = directory
         self.header = header
         self.kind = kind  # "dump" or "debug"
-        self.data: Dict[str, Any] = {}
-        self.enc: Dict[str, str] = {}  # key -> the record body encoded once (json, C encoder)
-        self.stacks: Dict[Tuple, List[str]] = {}  # frames -> keys
-        self.stack_text: Dict[Tuple, List[str]] = {}
+        # key -> the record body, encoded once (C encoder). Only strings are kept: they are not tracked by
+        # the garbage collector, so a step's records do not pile up in its older generations
+        self.enc: Dict[str, str] = {}
+        self.stacks: Dict[Tuple, List[str]] = {}  # stack text -> keys, in order of first use
+        self.stack_order: List[Tuple] = []  # the journal names a repeated stack by its position here
+        self.stack_pos: Dict[Tuple, int] = {}
         self.construct: Dict[str, Any] = {}
         self.journal = None
         self.dirty = True
@@ -100,27 +102,36 @@ class StepState:
 
     def apply(self, op: str, key: str, value: Any, encoded: Optional[str] = None) -> None:
         if op == "set":
-            self.data[key] = value
             self.enc[key] = encoded if encoded is not None else _encode(value)
         elif op == "move":
-            self.data.pop(key, None)
             self.enc.pop(key, None)
-            self.data[key] = value
             self.enc[key] = encoded if encoded is not None else _encode(value)
-        elif op == "update":  # merge fields into an existing record, keeping its position
-            cur = self.data.get(key)
+        elif op == "update":  # merge fields into an existing record, keeping its position (rare: decoded)
+            cur = self.enc.get(key)
+            cur = json.loads(cur) if cur is not None else None
             if isinstance(cur, dict) and isinstance(value, dict):
                 cur.update(value)
             else:
-                self.data[key] = cur = value
+                cur = value
             self.enc[key] = _encode(cur)
         elif op == "construct":
             self.construct[key] = value
         elif op == "stack":
-            frames = tuple(value)
-            self.stack_text.setdefault(frames, list(value))
-            self.stacks.setdefault(frames, []).append(key)
+            self.add_stack(key, tuple(value))
+        elif op == "stackref":
+            self.stacks[self.stack_order[value]].append(key)
         self.dirty = True
+
+    def add_stack(self, key: str, text: Tuple) -> Optional[int]:
+        """Record key's stack; its position when this step has seen that stack before, else None."""
+        pos = self.stack_pos.get(text)
+        if pos is None:
+            self.stack_pos[text] = len(self.stack_order)
+            self.stack_order.append(text)
+            self.stacks[text] = [key]
+            return None
+        self.stacks[text].append(key)
+        return pos
 
     def main_bytes(self) -> bytes:
         """dump.json / debug.json: the header, then one record per line (each body encoded once)."""
@@ -129,7 +140,7 @@ class StepState:
         for k, v in head.items():
             parts.append(f" {json.dumps(k)}: {json.dumps(v)},\n")
         enc = self.enc
-        recs = [f"\n  {_key(k)}: {enc[k]}" for k in self.data]
+        recs = [f"\n  {_key(k)}: {v}" for k, v in enc.items()]
         parts.append(' "data": {' + ",".join(recs) + ("\n }\n}\n" if recs else "}\n}\n"))
         return "".join(parts).encode("ascii", "backslashreplace")
 
@@ -170,7 +181,7 @@ class DumpWriter:
         self._overflow_left = overflow_nums  # None: keep every record
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
-        self._stack_text: Dict[tuple, List[str]] = {}
+        self._stack_text: Dict[tuple, Tuple[tuple, str]] = {}  # frames -> (text, its json)
 
     # ---- called from the training thread ----
     def _ensure_thread(self) -> None:
@@ -391,19 +402,29 @@ class DumpWriter:
             return False
         _, key, value, pending = ev
         if op == "stack":
-            text = self._stack_text.get(value)
-            if text is None:  # identical stacks are formatted once per process
+            known = self._stack_text.get(value)
+            if known is None:  # identical stacks are formatted and encoded once per process
                 if len(self._stack_text) > 50_000:
                     self._stack_text.clear()
-                text = self._stack_text[value] = format_stack(value)
-            value = text
+                text = format_stack(value)
+                known = self._stack_text[value] = (tuple(text), _encode(text))
+            text, encoded = known
+            st.dirty = True
+            pos = st.add_stack(key, text)
+            if pos is None:
+                line = f'{{"op": "stack", "k": {_key(key)}, "v": {encoded}}}\n'
+            else:  # a repeated stack is journaled by reference: stacks are most of a record's bytes
+                line = f'{{"op": "stackref", "k": {_key(key)}, "v": {pos}}}\n'
+            if st.journal is not None:
+                lines.append(line.encode("ascii", "backslashreplace"))
+            return False
         if pending:
             if self._overflow_left is not None and op in ("set", "move", "update"):
                 if not _has_nonfinite(value):
                     return False
                 if self._overflow_left == 0:
                     return False
-                if op != "update" and key not in st.data:
+                if op != "update" and key not in st.enc:
                     self._overflow_left -= 1
         elif self._overflow_left is not None and op in ("set", "move", "update"):
             return False

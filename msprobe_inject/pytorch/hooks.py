@@ -26,12 +26,27 @@ from . import apis, encode
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _tls = threading.local()
+_NO_TF = torch._C.DisableTorchFunction
 _FunctionType = type(lambda: None)
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def _busy() -> bool:
     return getattr(_tls, "busy", False)
+
+
+def _quiet():
+    """Enter a hook body: our own tensor calls skip torch-function handling (the dump mode's Python
+    handler costs microseconds per attribute read in hooks that run while it is pushed)."""
+    _tls.busy = True
+    guard = _NO_TF()
+    guard.__enter__()
+    return guard
+
+
+def _loud(guard) -> None:
+    guard.__exit__(None, None, None)
+    _tls.busy = False
 
 
 def _stack() -> List[str]:
@@ -343,7 +358,7 @@ class Runtime:
             s.finish_api(base)
             if self.construct and self.level == "mix":
                 # msprobe records the tree position of filtered APIs too
-                _tls.busy = True
+                quiet = _quiet()
                 try:
                     s.ensure_open()
                     s.writer.put_construct(fkey, self._api_parent(stack))
@@ -351,31 +366,31 @@ class Runtime:
                 except Exception as exc:
                     self.writer.log_error(f"{fkey}: construct capture failed: {exc}")
                 finally:
-                    _tls.busy = False
+                    _loud(quiet)
             return out
         body: Dict[str, Any] = {}
         pending = encode.Pending()
-        _tls.busy = True
+        quiet = _quiet()
         try:
             ra, rk = rec if rec is not None else (args, kwargs)
             self._api_inputs(fkey, prefix, api, ra, rk, body, pending)
         except Exception as exc:
             self.writer.log_error(f"{fkey}: input capture failed: {type(exc).__name__}: {exc}")
         finally:
-            _tls.busy = False
+            _loud(quiet)
         _tls.in_api = True
         try:
             out = func(*args, **kwargs)
         finally:
             _tls.in_api = False
         s.finish_api(base)
-        _tls.busy = True
+        quiet = _quiet()
         try:
             self._api_outputs(fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack)
         except Exception as exc:
             self.writer.log_error(f"{fkey}: output capture failed: {type(exc).__name__}: {exc}")
         finally:
-            _tls.busy = False
+            _loud(quiet)
         return out
 
     def _api_inputs(self, fkey, prefix, api, args, kwargs, body, pending):
@@ -436,7 +451,7 @@ class Runtime:
         def hook(grad_inputs, grad_outputs):
             if _busy() or os.getpid() != self.pid or self.session.ended:
                 return None
-            _tls.busy = True
+            quiet = _quiet()
             try:
                 s = self.session
                 if self.construct:
@@ -449,7 +464,7 @@ class Runtime:
             except Exception as exc:
                 self.writer.log_error(f"{bkey}: backward capture failed: {type(exc).__name__}: {exc}")
             finally:
-                _tls.busy = False
+                _loud(quiet)
             return None
 
         return hook
@@ -518,7 +533,7 @@ class Runtime:
             s.writer.put_construct(fkey, parent)
         body: Dict[str, Any] = {}
         pending = encode.Pending()
-        _tls.busy = True
+        quiet = _quiet()
         try:
             if keep and self.fwd:
                 if self.inp:
@@ -537,7 +552,7 @@ class Runtime:
                 if hooked is not args:
                     new_args = hooked
         finally:
-            _tls.busy = False
+            _loud(quiet)
         frames.append((fkey, keep, body, bw))
         return new_args
 
@@ -566,7 +581,7 @@ class Runtime:
             elif fkey in stack:
                 stack.remove(fkey)
             s = self.session
-            _tls.busy = True
+            quiet = _quiet()
             try:
                 if keep and self.fwd:
                     files = self.encoder.wants_files(fkey)
@@ -591,7 +606,7 @@ class Runtime:
                     if hooked is not output:
                         return hooked
             finally:
-                _tls.busy = False
+                _loud(quiet)
         except Exception as exc:
             self.writer.log_error(f"module hook failed: {type(exc).__name__}: {exc}")
         return None
@@ -618,7 +633,7 @@ class Runtime:
             s = self.session
             if not s.running or _busy():
                 return None
-            _tls.busy = True
+            quiet = _quiet()
             try:
                 if s.filters.active and not s.filters.keep(bkey, []):
                     return None
@@ -626,7 +641,7 @@ class Runtime:
             except Exception as exc:
                 self.writer.log_error(f"{bkey}: backward capture failed: {type(exc).__name__}: {exc}")
             finally:
-                _tls.busy = False
+                _loud(quiet)
             return None
 
         return hook
