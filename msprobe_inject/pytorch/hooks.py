@@ -651,6 +651,10 @@ class Runtime:
         for name, p in module.named_parameters(recurse=False):
             if not p.requires_grad:
                 continue
+            slot = (mkey, name)  # a tied parameter gets one hook per owning module, like msprobe
+            prev = self._acc.get(slot)
+            if prev is not None and prev[2]() is p:
+                continue  # we hold its AccumulateGrad node, so the parameter keeps that node
             try:
                 acc = p.expand_as(p).grad_fn
                 if acc is None:
@@ -658,14 +662,11 @@ class Runtime:
                 acc = acc.next_functions[0][0]
             except Exception:
                 continue
-            slot = (mkey, name)  # a tied parameter gets one hook per owning module, like msprobe
-            prev = self._acc.get(slot)
-            if prev is not None and prev[0] is acc:
-                continue
             if prev is not None:
                 prev[1].remove()
-            handle = acc.register_hook(self._param_grad_hook(mkey, name, weakref.ref(p)))
-            self._acc[slot] = (acc, handle)
+            pref = weakref.ref(p)
+            handle = acc.register_hook(self._param_grad_hook(mkey, name, pref))
+            self._acc[slot] = (acc, handle, pref)
 
     def _param_grad_hook(self, mkey, pname, pref):
         def hook(*_):
@@ -675,7 +676,7 @@ class Runtime:
             p = pref()
             if p is None:
                 return None
-            _tls.busy = True
+            quiet = _quiet()
             try:
                 k = s.pgrad_index(mkey, pname)
                 key = f"{mkey}.parameters_grad.{k}"
@@ -691,7 +692,7 @@ class Runtime:
             except Exception as exc:
                 self.writer.log_error(f"{mkey}.parameters_grad: capture failed: {type(exc).__name__}: {exc}")
             finally:
-                _tls.busy = False
+                _loud(quiet)
             return None
 
         return hook
@@ -740,7 +741,7 @@ class Runtime:
         if not values.saveable(variable, torch.Tensor):
             self.writer.log_error(f"save(): unsupported type {type(variable).__name__} for '{name}', skipped")
             return
-        _tls.busy = True
+        quiet = _quiet()
         try:
             s.ensure_open("debug")
             count = s.debug_index(name)
@@ -754,7 +755,7 @@ class Runtime:
         except Exception as exc:
             self.writer.log_error(f"save('{name}') failed: {type(exc).__name__}: {exc}")
         finally:
-            _tls.busy = False
+            _loud(quiet)
 
     def _save_grad(self, variable, gkey: str, files: bool) -> None:
         holder = {"v": values.null_shape(variable)}
@@ -766,7 +767,7 @@ class Runtime:
             def hook(grad):
                 if os.getpid() != self.pid:
                     return None
-                _tls.busy = True
+                quiet = _quiet()
                 try:
                     pending = encode.Pending()
                     fname = ".".join([gkey, *map(str, path)]) + ".pt" if files else None
@@ -777,7 +778,7 @@ class Runtime:
                 except Exception as exc:
                     self.writer.log_error(f"save(): gradient capture for {gkey} failed: {exc}")
                 finally:
-                    _tls.busy = False
+                    _loud(quiet)
                 return None
 
             t.register_hook(hook)
