@@ -27,6 +27,11 @@ from . import apis, encode
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _tls = threading.local()
 _NO_TF = torch._C.DisableTorchFunction
+_dist = torch.distributed
+try:
+    _dist_ok = _dist.is_available()
+except Exception:  # pragma: no cover
+    _dist_ok = False
 _FunctionType = type(lambda: None)
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
@@ -57,23 +62,29 @@ def _stack() -> List[str]:
 
 
 def _rank() -> Optional[int]:
+    # asked before every record until the rank is known: kept to one attribute check
     try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
+        if _dist_ok and _dist.is_initialized():
+            return _dist.get_rank()
     except Exception:
         pass
     return None
 
 
+_env_rank: List[Optional[int]] = []
+
+
 def _rank_or_env() -> Optional[int]:
-    """Zero-code: the launcher's rank variables count before torch.distributed is initialised."""
+    """Zero-code: the launcher's rank variables count before torch.distributed is initialised.
+
+    They are read once: a rank the script sets later is seen through torch.distributed."""
     r = _rank()
     if r is None:
-        from ..session import rank_from_env
+        if not _env_rank:
+            from ..session import rank_from_env
 
-        r = rank_from_env()
+            _env_rank.append(rank_from_env())
+        r = _env_rank[0]
     return r
 
 
