@@ -287,3 +287,28 @@ def test_config_file_env_and_kwargs_precedence(tmp_path):
         ("tensor", "from_kwargs", "mix", [1, 3, 4], ["relu"], ["forward"])
     with pytest.raises(ConfigError, match="environment"):
         resolve(None, None, environ={"MSPROBE_STEP": "[1,"})
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_module_hooks_keep_the_users_tensor_subclass(tmp_path, level):
+    """The module backward hooks wrap inputs and outputs: a subclass's __torch_function__ still applies."""
+    code = PREAMBLE + f"""
+class Sub(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {{}})
+seen = []
+m = Net()
+m.fc1.register_forward_pre_hook(lambda mod, a: seen.append(type(a[0]).__name__))
+debugger = PrecisionDebugger(dump_path="d", level="{level}")
+debugger.start(model=m)
+x = torch.randn(2, 4, requires_grad=True).as_subclass(Sub)
+out = m(x)
+out.sum().backward()
+debugger.stop(); debugger.step()
+print("TYPES", seen, type(out).__name__)
+"""
+    proc = run_py(code, str(tmp_path))
+    assert "TYPES ['Sub'] Sub" in proc.stdout, proc.stdout
+    d = load_dump(str(tmp_path / "d"))["data"]
+    assert "Module.fc1.Linear.backward.0" in d

@@ -555,15 +555,19 @@ class Runtime:
                     pending = encode.Pending()
                 if self.extra:
                     s.writer.put_stack(fkey, capture_stack(2))
-            new_args = None
-            bw = None
-            if self.bwd and torch.is_grad_enabled():
+        finally:
+            _loud(quiet)
+        new_args = None
+        bw = None
+        if self.bwd and torch.is_grad_enabled():
+            _tls.busy = True  # not _quiet(): the hooked tensors go back to the user, subclasses intact
+            try:
                 bw = BackwardHook(module, [self._module_bw_hook(bkey)], [self._module_bw_pre(bkey)])
                 hooked = _through_backward_hook(bw.setup_input_hook, args)
                 if hooked is not args:
                     new_args = hooked
-        finally:
-            _loud(quiet)
+            finally:
+                _tls.busy = False
         frames.append((fkey, keep, body, bw))
         return new_args
 
@@ -612,12 +616,16 @@ class Runtime:
                 if self.bwd:
                     self._param_grad_hooks(module, fkey)
                 s.filters.finished(fkey)
-                if bw is not None and output is not None:
-                    hooked = _through_backward_hook(bw.setup_output_hook, output)
-                    if hooked is not output:
-                        return hooked
             finally:
                 _loud(quiet)
+            if bw is not None and output is not None:
+                _tls.busy = True  # as in _module_enter: user-visible tensors, torch-function handling on
+                try:
+                    hooked = _through_backward_hook(bw.setup_output_hook, output)
+                finally:
+                    _tls.busy = False
+                if hooked is not output:
+                    return hooked
         except Exception as exc:
             self.writer.log_error(f"module hook failed: {type(exc).__name__}: {exc}")
         return None
@@ -839,15 +847,6 @@ def _fwd_hook_kwargs() -> bool:
         return "with_kwargs" in inspect.signature(mm.register_module_forward_hook).parameters
     except (TypeError, ValueError):
         return False
-
-
-
-
-
-
-
-
-
 
 
 def _load_ignore() -> Dict[tuple, Dict[str, tuple]]:
