@@ -95,10 +95,10 @@ def _site(code, lasti: int) -> Tuple[str, int, str]:
 
 
 def format_stack(frames: tuple) -> List[str]:
-    """msprobe's stack lines from capture_stack pairs or (path, line, function) triples."""
+    """msprobe's stack lines from capture_stack's (code, offset) pairs."""
     out = []
-    for fr in frames:
-        path, line, func = _site(*fr) if len(fr) == 2 else fr
+    for code, lasti in frames:
+        path, line, func = _site(code, lasti)
         if any(s in path for s in _STACK_SKIP):
             continue
         src = linecache.getline(path, line).strip()

@@ -79,7 +79,6 @@ def is_optimizer(cell: Any) -> bool:
         return False
 
 
-
 def _diff_tensor(v: Any) -> bool:
     return isinstance(v, ms.Tensor) and v.dtype in _DIFF_DTYPES
 
