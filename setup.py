@@ -1,4 +1,4 @@
-"""Build hooks only (metadata lives in pyproject.toml).
+"""Build hooks and the optional C statistics kernel (metadata lives in pyproject.toml).
 
 Ships ``msprobe_launch.pth`` into site-packages, the startup hook of the env-only form
 (``MSPROBE_DUMP_PATH=./d torchrun ... train.py`` without the launcher). It works like coverage.py's
@@ -14,7 +14,8 @@ import os
 import zipfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 PTH_NAME = "msprobe_launch.pth"
@@ -56,7 +57,19 @@ def _add_pth_to_wheel(wheel_path: str) -> None:
     os.replace(tmp, wheel_path)
 
 
-cmdclass = {"build_py": BuildPyWithPth}
+class BuildExtO3(build_ext):
+    """-O3 for the statistics kernel: distributions' default -O2 may leave its loop unvectorised."""
+
+    def build_extensions(self):
+        if self.compiler.compiler_type == "unix":
+            for ext in self.extensions:
+                ext.extra_compile_args = [*ext.extra_compile_args, "-O3"]
+        super().build_extensions()
+
+
+cmdclass = {"build_py": BuildPyWithPth, "build_ext": BuildExtO3}
+# optional: without a C compiler the package installs and reduces with torch alone
+FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"], optional=True)
 
 try:
     from setuptools.command.editable_wheel import editable_wheel
@@ -74,4 +87,4 @@ if editable_wheel is not None:
 
     cmdclass["editable_wheel"] = EditableWheelWithPth
 
-setup(cmdclass=cmdclass)
+setup(cmdclass=cmdclass, ext_modules=[FASTATS])

@@ -1,0 +1,77 @@
+"""The one-pass C statistics kernel gives torch's numbers: max and min exactly, the mean from torch's
+own sum, the norm within float32 rounding of the float64 value; NaN/Inf keep torch's semantics."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+
+from msprobe_inject.pytorch import encode
+
+
+def _stats(t: torch.Tensor) -> list:
+    """The four statistics as the writer would write them, whichever path computed them."""
+    stat, kind = encode.stat_of(t, False)
+    entry: dict = {}
+    if kind is encode.READY:
+        entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = stat
+    else:
+        encode.resolve([(entry, stat, kind)])
+    return [entry["Max"], entry["Min"], entry["Mean"], entry["Norm"]]
+
+
+# the kernel carries the squares in double; torch's float32 dot (the fallback) drifts by ~1e-6 on 1M elements
+NORM_TOL = 2e-7 if encode._fast_f32 is not None else 2e-5
+
+
+def _reference(t: torch.Tensor) -> list:
+    d = t.double()
+    return [t.max().item(), t.min().item(), t.sum().item() / t.numel(), d.norm().item()]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_kernel_is_built_where_a_compiler_exists():
+    assert encode._fast_f32 is not None, "msprobe_inject._fastats was not built"
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 2047, 2048, 2049, 65535, 65536 + 5, (1 << 20) + 3])
+def test_kernel_matches_torch(n):
+    torch.manual_seed(n)
+    t = torch.randn(n) * 3 + 0.5
+    got = _stats(t)
+    ref = _reference(t)
+    assert got[:3] == ref[:3]  # max, min exact; mean from torch's float sum, as msprobe's
+    assert math.isclose(got[3], ref[3], rel_tol=NORM_TOL)
+    if encode._fast_f32 is not None:
+        assert encode.stat_of(t, False)[1] is encode.READY
+
+
+def test_views_with_an_offset_and_permuted_tensors():
+    base = torch.randn(64, 33)
+    for view in (base[3:], base[5, 2:], base.t(), base[:, 1:4].t().contiguous()):
+        got = _stats(view)
+        ref = _reference(view.contiguous())
+        assert got[:2] == ref[:2]
+        assert math.isclose(got[2], ref[2], rel_tol=1e-5, abs_tol=1e-7)
+        assert math.isclose(got[3], ref[3], rel_tol=NORM_TOL)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_inf_follow_torch(bad):
+    t = torch.randn(5000)
+    t[1234] = bad
+    got = _stats(t)
+    mn, mx = torch.aminmax(t)
+    want = [mx.item(), mn.item(), t.sum().item() / t.numel(), torch.dot(t, t).sqrt().item()]
+    for g, w in zip(got, want):
+        assert (math.isnan(g) and math.isnan(w)) or g == w, (got, want)
+
+
+def test_overflowing_squares_fall_back_to_torch():
+    t = torch.full((4096,), 3e30)
+    got = _stats(t)
+    assert got[0] == got[1] == pytest.approx(3e30)
+    assert got[3] == math.inf  # torch's float32 dot overflows too
