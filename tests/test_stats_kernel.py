@@ -75,3 +75,20 @@ def test_overflowing_squares_fall_back_to_torch():
     got = _stats(t)
     assert got[0] == got[1] == pytest.approx(3e30)
     assert got[3] == math.inf  # torch's float32 dot overflows too
+
+
+class _Tagged(torch.Tensor):
+    """A user's tensor subclass: reduced by torch (through its own dispatch), not by the kernel."""
+
+
+def test_parameters_use_the_kernel_and_subclasses_use_torch():
+    base = torch.randn(3000)
+    p = torch.nn.Parameter(base.clone())
+    sub = base.clone().as_subclass(_Tagged)
+    ref = _reference(base)
+    for t, ready in ((p.detach(), True), (p, True), (sub, False)):
+        stat, kind = encode.stat_of(t, False)
+        assert (kind is encode.READY) == (ready and encode._fast_f32 is not None)
+        got = _stats(t)
+        assert got[:3] == ref[:3]
+        assert math.isclose(got[3], ref[3], rel_tol=NORM_TOL)

@@ -44,6 +44,7 @@ try:  # the one-pass statistics kernel, built with the package where a C compile
 except ImportError:  # pragma: no cover - torch reduces instead
     _fast_f32 = None
 _isfinite = math.isfinite
+_NAN = float("nan")
 _sqrt = math.sqrt
 READY = "v"  # kind of statistics that are already numbers: (max, min, mean, norm)
 
@@ -178,8 +179,11 @@ def _f32_cpu_stats(t: torch.Tensor):
     """
     n = t.numel()
     flat = t.view(-1)
-    if _fast_f32 is not None:
-        mx, mn, s, ss = _fast_f32(t.data_ptr(), n)
+    if _fast_f32 is not None and (type(t) is _TENSOR or type(t) is _PARAM):  # subclasses may own no storage
+        try:
+            mx, mn, s, ss = _fast_f32(t.data_ptr(), n)
+        except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor)
+            s = ss = _NAN
         if _isfinite(s + ss):
             return (mx, mn, flat.sum().item() / n, _sqrt(ss)), READY
     mn, mx = torch.aminmax(t)
