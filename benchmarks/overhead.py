@@ -131,8 +131,8 @@ def run_one(name: str, steps: int, warmup: int, tmp: str) -> list:
             "--steps", str(steps), "--warmup", str(warmup), "--dump", dump]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     shutil.rmtree(dump, ignore_errors=True)
-    # a tensor run leaves gigabytes of dirty pages and freed blocks: the kernel's writeback would
-    # otherwise be billed to whichever configuration runs next
+    # a tensor run leaves gigabytes of dirty pages and freed blocks: their writeback is not billed to the
+    # next configuration (not enough alone: the process after a tensor run is still slow, see main())
     if hasattr(os, "sync"):
         os.sync()
     if settings.get("task") == "tensor":

@@ -10,7 +10,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
-#include <stdint.h>
 
 #define LANES 16
 #define BLOCK 2048

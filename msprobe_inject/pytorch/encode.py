@@ -46,7 +46,9 @@ except ImportError:  # pragma: no cover - torch reduces instead
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
-READY = "v"  # kind of statistics that are already numbers: (max, min, mean, norm)
+# kind of statistics that are already numbers, (max, min, mean, norm), and finite: a tensor with NaN/Inf
+# goes through torch and the writer, whose overflow check skips records with nothing left to resolve
+READY = "v"
 
 
 def dtype_str(dtype: torch.dtype) -> str:
