@@ -1,28 +1,37 @@
-/* One pass over a contiguous float32 buffer: max, min, sum and sum of squares.
+/* One pass over a contiguous float32 buffer: max, min, sum and sum of squares; optionally the
+ * CRC-32 (zlib's polynomial, the md5 summary mode) of the same bytes while they are in L1.
  *
- * torch needs three passes for these (aminmax, sum, dot), each with its own dispatch and, for a
- * tensor larger than the cache, its own trip through memory. Sixteen float lanes per block of 2048
- * elements vectorise without reassociation flags; block sums are carried in double, so the result
- * is at least as close to the exact value as torch's float reductions. NaN is not propagated by
- * the comparisons: the caller checks that sum and sum of squares are finite and otherwise falls
+ * torch needs three passes for the statistics (aminmax, sum, dot), each with its own dispatch and,
+ * for a tensor larger than the cache, its own trip through memory. Sixteen float lanes per block of
+ * 2048 elements vectorise without reassociation flags; block sums are carried in double, so the
+ * result is at least as close to the exact value as torch's float reductions. NaN is not propagated
+ * by the comparisons: the caller checks that sum and sum of squares are finite and otherwise falls
  * back to torch, which keeps torch's NaN/Inf semantics exactly.
+ *
+ * The CRC is ISA-L's when encode.py hands its address over (set_crc), else the carry-less-multiply
+ * folding below; either way it hashes each 16 KiB piece right after the statistics read it, so a
+ * tensor larger than the cache crosses the memory bus once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 
 #define LANES 16
 #define BLOCK 2048
-#define NOGIL_FROM 65536 /* elements; below this, releasing the GIL costs more than it frees */
+#define NOGIL_FROM 65536    /* elements; below this, releasing the GIL costs more than it frees */
+#define SUB (2 * BLOCK)      /* elements hashed right after they are reduced: 16 KiB stays in L1 */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 __attribute__((target_clones("avx2", "default")))
 #endif
+/* acc: max, min, sum, sum of squares so far; continued over x[0:n] (the same result in pieces of
+ * whole blocks as in one call) */
 static void
-f32_pass(const float *x, Py_ssize_t n, double *out)
+f32_pass(const float *x, Py_ssize_t n, double *acc)
 {
     float mx[LANES], mn[LANES], s[LANES], q[LANES];
-    double S = 0.0, Q = 0.0;
+    double S = acc[2], Q = acc[3];
     Py_ssize_t i = 0;
     for (int k = 0; k < LANES; k++) {
         mx[k] = -INFINITY;
@@ -48,7 +57,7 @@ f32_pass(const float *x, Py_ssize_t n, double *out)
             Q += q[k];
         }
     }
-    float MX = -INFINITY, MN = INFINITY;
+    float MX = (float)acc[0], MN = (float)acc[1];
     for (int k = 0; k < LANES; k++) {
         MX = mx[k] > MX ? mx[k] : MX;
         MN = mn[k] < MN ? mn[k] : MN;
@@ -60,47 +69,264 @@ f32_pass(const float *x, Py_ssize_t n, double *out)
         S += v;
         Q += (double)v * v;
     }
-    out[0] = MX;
-    out[1] = MN;
-    out[2] = S;
-    out[3] = Q;
+    acc[0] = MX;
+    acc[1] = MN;
+    acc[2] = S;
+    acc[3] = Q;
+}
+
+/* ---- CRC-32 (reflected 0xEDB88320, zlib's crc32) ---- */
+
+#define POLY 0xedb88320u
+static uint32_t crc_table[256];
+static int have_clmul;
+
+static uint32_t
+crc_bytes(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n--)
+        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_CLMUL_CODE 1
+
+/* Folding with carry-less multiplication: Gopal et al., "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ Instruction" (Intel, 2009); the constants for this polynomial are
+ * the paper's, as in zlib's and Chromium's x86 code. len >= 64 and a multiple of 16; crc and the
+ * result are the raw (not inverted) register. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t
+crc_clmul(const unsigned char *buf, size_t len, uint32_t crc)
+{
+    static const uint64_t k1k2[2] __attribute__((aligned(16))) = {0x0154442bd4, 0x01c6e41596};
+    static const uint64_t k3k4[2] __attribute__((aligned(16))) = {0x01751997d0, 0x00ccaa009e};
+    static const uint64_t k5k0[2] __attribute__((aligned(16))) = {0x0163cd6124, 0x0000000000};
+    static const uint64_t poly[2] __attribute__((aligned(16))) = {0x01db710641, 0x01f7011641};
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = _mm_load_si128((const __m128i *)k1k2);
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64;
+        len -= 64;
+    }
+    x0 = _mm_load_si128((const __m128i *)k3k4);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 -> 64 bits, then Barrett reduction to 32 */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_loadl_epi64((const __m128i *)k5k0);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_load_si128((const __m128i *)poly);
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+/* a faster CRC-32 of the same polynomial handed in by set_crc (ISA-L's crc32_gzip_refl) */
+typedef uint32_t (*crc_fn_t)(uint32_t, const unsigned char *, uint64_t);
+static crc_fn_t crc_fn;
+
+/* crc32 continued over n bytes */
+static uint32_t
+crc_update(uint32_t crc, const unsigned char *p, size_t n)
+{
+    if (crc_fn != NULL)
+        return crc_fn(crc, p, n);
+#ifdef HAVE_CLMUL_CODE
+    if (have_clmul && n >= 64) {
+        size_t m = n & ~(size_t)15;
+        crc = ~crc_clmul(p, m, ~crc);
+        p += m;
+        n -= m;
+    }
+#endif
+    return n ? crc_bytes(crc, p, n) : crc;
+}
+
+/* ---- one buffer ---- */
+
+enum { JOB_STATS = 1, JOB_CRC = 2 };
+
+typedef struct {
+    double mx, mn, s, q;
+    uint32_t crc;
+} part_t;
+
+static void
+run_job(const char *base, Py_ssize_t n, Py_ssize_t width, int what, part_t *r)
+{
+    double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0};
+    r->crc = 0;
+    if (what == JOB_CRC) {
+        r->crc = crc_update(0, (const unsigned char *)base, (size_t)n * (size_t)width);
+    } else if (!(what & JOB_CRC)) {
+        f32_pass((const float *)base, n, acc);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i += SUB) { /* hash each piece right after reducing it */
+            Py_ssize_t m = n - i < SUB ? n - i : SUB;
+            f32_pass((const float *)base + i, m, acc);
+            r->crc = crc_update(r->crc, (const unsigned char *)((const float *)base + i), (size_t)m * 4);
+        }
+    }
+    r->mx = acc[0], r->mn = acc[1], r->s = acc[2], r->q = acc[3];
+}
+
+static int
+parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage, void **p, Py_ssize_t *n)
+{
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *p = PyLong_AsVoidPtr(args[0]);
+    if (*p == NULL && PyErr_Occurred())
+        return -1;
+    *n = PyLong_AsSsize_t(args[1]);
+    if (*n < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "count must be >= 0");
+        return -1;
+    }
+    if (*p == NULL && *n > 0) {
+        PyErr_SetString(PyExc_ValueError, "null address");
+        return -1;
+    }
+    return 0;
+}
+
+static void
+run(const char *p, Py_ssize_t n, Py_ssize_t width, int what, part_t *r)
+{
+    if (n >= NOGIL_FROM) {
+        Py_BEGIN_ALLOW_THREADS
+        run_job(p, n, width, what, r);
+        Py_END_ALLOW_THREADS
+    } else {
+        run_job(p, n, width, what, r);
+    }
 }
 
 /* f32(address, count) -> (max, min, sum, sum of squares) */
 static PyObject *
 fastats_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "f32(address, count)");
+    void *p;
+    Py_ssize_t n;
+    if (parse(args, nargs, 2, "f32(address, count)", &p, &n) < 0)
         return NULL;
-    }
-    void *p = PyLong_AsVoidPtr(args[0]);
+    part_t r;
+    run((const char *)p, n, 4, JOB_STATS, &r);
+    return Py_BuildValue("(dddd)", r.mx, r.mn, r.s, r.q);
+}
+
+/* f32_crc(address, count) -> (max, min, sum, sum of squares, crc32 of the 4 * count bytes) */
+static PyObject *
+fastats_f32_crc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *p;
+    Py_ssize_t n;
+    if (parse(args, nargs, 2, "f32_crc(address, count)", &p, &n) < 0)
+        return NULL;
+    part_t r;
+    run((const char *)p, n, 4, JOB_STATS | JOB_CRC, &r);
+    return Py_BuildValue("(ddddk)", r.mx, r.mn, r.s, r.q, (unsigned long)r.crc);
+}
+
+/* crc32(address, nbytes) -> zlib.crc32 of the bytes */
+static PyObject *
+fastats_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *p;
+    Py_ssize_t n;
+    if (parse(args, nargs, 2, "crc32(address, nbytes)", &p, &n) < 0)
+        return NULL;
+    part_t r;
+    run((const char *)p, n, 1, JOB_CRC, &r);
+    return PyLong_FromUnsignedLong(r.crc);
+}
+
+/* set_crc(address): use the function at address, uint32_t f(uint32_t crc, const unsigned char *, uint64_t),
+ * for the CRC; the caller has checked that it computes zlib.crc32. 0 restores the built-in one. */
+static PyObject *
+fastats_set_crc(PyObject *self, PyObject *arg)
+{
+    void *p = PyLong_AsVoidPtr(arg);
     if (p == NULL && PyErr_Occurred())
         return NULL;
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    if (n < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "count must be >= 0");
-        return NULL;
-    }
-    if (p == NULL && n > 0) {
-        PyErr_SetString(PyExc_ValueError, "null address");
-        return NULL;
-    }
-    double r[4];
-    if (n >= NOGIL_FROM) {
-        Py_BEGIN_ALLOW_THREADS
-        f32_pass((const float *)p, n, r);
-        Py_END_ALLOW_THREADS
-    } else {
-        f32_pass((const float *)p, n, r);
-    }
-    return Py_BuildValue("(dddd)", r[0], r[1], r[2], r[3]);
+    crc_fn = (crc_fn_t)p;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
+    {"set_crc", fastats_set_crc, METH_O, "set_crc(address): the CRC-32 function to use (0: built-in)"},
     {"f32", (PyCFunction)(void (*)(void))fastats_f32, METH_FASTCALL,
      "f32(address, count) -> (max, min, sum, sum of squares) of a contiguous float32 buffer"},
+    {"f32_crc", (PyCFunction)(void (*)(void))fastats_f32_crc, METH_FASTCALL,
+     "f32_crc(address, count) -> f32's four values and the buffer's CRC-32 (zlib.crc32)"},
+    {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,
+     "crc32(address, nbytes) -> zlib.crc32 of the buffer"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -109,5 +335,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastats", NULL, -1,
 PyMODINIT_FUNC
 PyInit__fastats(void)
 {
-    return PyModule_Create(&module);
+    crc_init();
+#ifdef HAVE_CLMUL_CODE
+    __builtin_cpu_init();
+    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "clmul", have_clmul) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -1,10 +1,12 @@
 """The one-pass C statistics kernel gives torch's numbers: max and min exactly, the mean from torch's
-own sum, the norm within float32 rounding of the float64 value; NaN/Inf keep torch's semantics."""
+own sum, the norm within float32 rounding of the float64 value; NaN/Inf keep torch's semantics.
+Its CRC-32 (the md5 summary mode) is zlib.crc32 of the raw bytes."""
 
 from __future__ import annotations
 
 import math
 import shutil
+import zlib
 
 import pytest
 import torch
@@ -92,3 +94,54 @@ def test_parameters_use_the_kernel_and_subclasses_use_torch():
         got = _stats(t)
         assert got[:3] == ref[:3]
         assert math.isclose(got[3], ref[3], rel_tol=NORM_TOL)
+
+
+# -- CRC-32 (the md5 summary mode) --
+
+_CRC_SIZES = [0, 1, 15, 16, 17, 63, 64, 65, 4095, 4096 * 4 + 3, (1 << 20) + 5]
+
+
+@pytest.fixture(params=["builtin", "isal"])
+def crc_impl(request):
+    """The kernel's own carry-less-multiply CRC and ISA-L's, handed to the kernel by address."""
+    if encode._fast_crc is None:
+        pytest.skip("no kernel")
+    from msprobe_inject import _fastats
+
+    if request.param == "isal":
+        if not encode.use_isal_crc():
+            pytest.skip("isal not installed")
+        yield request.param
+    else:
+        _fastats.set_crc(0)
+        yield request.param
+        encode._isal_in_kernel = False
+        encode.use_isal_crc()
+
+
+@pytest.mark.parametrize("n", _CRC_SIZES)
+def test_kernel_crc_is_zlib_crc32(crc_impl, n):
+    raw = bytes((i * 131 + n) & 0xFF for i in range(n + 3))
+    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)[3:]  # unaligned start
+    assert encode.crc32_hex(t) == f"{zlib.crc32(raw[3:]):08x}"
+
+
+@pytest.mark.parametrize("n", [1, 4096, 8193, 65536 + 7, (1 << 20) + 3])
+def test_fused_statistics_and_crc_match_the_separate_ones(crc_impl, n):
+    torch.manual_seed(n)
+    t = torch.randn(n) * 2 - 0.25
+    stat, kind, crc = encode.stat_crc_of(t, False)
+    assert kind is encode.READY
+    assert list(stat) == _stats(t)  # same numbers as the statistics mode, bit for bit
+    assert crc == f"{zlib.crc32(t.numpy().tobytes()):08x}"
+
+
+def test_crc_of_nan_views_integers_and_subclasses():
+    t = torch.randn(300, 41)
+    t[7, 3] = float("nan")
+    cases = [t, t.t(), t[5:, 2:], torch.arange(70000), torch.randn(999).as_subclass(_Tagged), torch.tensor(3.5)]
+    for x in cases:
+        stat, kind, crc = encode.stat_crc_of(x, False)
+        assert crc == f"{zlib.crc32(x.contiguous().numpy().tobytes()):08x}", x.shape
+    stat, kind, _ = encode.stat_crc_of(t, False)
+    assert kind is not encode.READY  # NaN: torch's statistics, the kernel's CRC

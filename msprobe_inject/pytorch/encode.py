@@ -40,9 +40,11 @@ except Exception:  # pragma: no cover - distributed unavailable
 
 
 try:  # the one-pass statistics kernel, built with the package where a C compiler is available
+    from .._fastats import crc32 as _fast_crc
     from .._fastats import f32 as _fast_f32
+    from .._fastats import f32_crc as _fast_f32_crc
 except ImportError:  # pragma: no cover - torch reduces instead
-    _fast_f32 = None
+    _fast_f32 = _fast_f32_crc = _fast_crc = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -192,6 +194,28 @@ def _f32_cpu_stats(t: torch.Tensor):
     return (mx, mn, flat.sum(), torch.dot(flat, flat)), n
 
 
+def _f32_cpu_stats_crc(t: torch.Tensor):
+    """_f32_cpu_stats and the CRC-32 of the bytes, hashed by the kernel while they are in cache."""
+    if type(t) is _TENSOR or type(t) is _PARAM:
+        try:
+            mx, mn, s, ss, crc = _fast_f32_crc(t.data_ptr(), t.numel())
+        except (RuntimeError, ValueError):
+            return (*_f32_cpu_stats(t), crc32_hex(t))
+        if _isfinite(s + ss):
+            return (mx, mn, t.view(-1).sum().item() / t.numel(), _sqrt(ss)), READY, f"{crc:08x}"
+        return (*_f32_cpu_stats(t), f"{crc:08x}")
+    return (*_f32_cpu_stats(t), crc32_hex(t))
+
+
+def stat_crc_of(t: torch.Tensor, high_precision: bool):
+    """stat_of and the tensor's CRC-32 (the md5 summary mode)."""
+    if t.dtype is _F32 and t.layout is _STRIDED and t.is_cpu and not high_precision and t.dim() and t.numel() \
+            and t.is_contiguous() and _fast_f32_crc is not None:
+        return _f32_cpu_stats_crc(t)
+    stat, kind = stat_of(t, high_precision)
+    return stat, kind, crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense())
+
+
 def stat_of(t: torch.Tensor, high_precision: bool):
     """(stat tensor, kind) for a detached tensor, or (None, None) when msprobe writes nulls."""
     dt = t.dtype
@@ -237,14 +261,46 @@ def raw_bytes(t: torch.Tensor):
 
 
 try:  # ISA-L's CRC-32 is the zlib polynomial, an order of magnitude faster
+    from isal import isal_zlib as _isal_zlib
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover - optional speed-up
+    _isal_zlib = None
     _crc32 = zlib.crc32
+_isal_in_kernel = False
+
+
+def use_isal_crc() -> bool:
+    """Let the kernel call ISA-L's CRC-32 directly (exported by isal's extension module), once checked
+    against zlib.crc32; otherwise the kernel's own carry-less-multiply CRC-32 (several times slower)."""
+    global _isal_in_kernel
+    if _isal_in_kernel or _fast_crc is None or _isal_zlib is None:
+        return _isal_in_kernel
+    try:
+        import ctypes
+
+        from .. import _fastats
+
+        fn = ctypes.CDLL(_isal_zlib.__file__).crc32_gzip_refl
+        addr = ctypes.cast(fn, ctypes.c_void_p).value
+        fn.restype, fn.argtypes = ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint64]
+        probe = bytes(range(256)) * 5 + b"msprobe"
+        if addr and fn(0, probe, len(probe)) == zlib.crc32(probe) and \
+                fn(zlib.crc32(probe[:77]), probe[77:], len(probe) - 77) == zlib.crc32(probe):
+            _fastats.set_crc(addr)
+            _isal_in_kernel = True
+    except Exception:  # another isal build: the kernel's own CRC stays
+        pass
+    return _isal_in_kernel
 
 
 def crc32_hex(t: torch.Tensor) -> Optional[str]:
     if t.is_meta:
         return None
+    if _fast_crc is not None and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous():
+        try:  # no numpy view, no copy
+            return f"{_fast_crc(t.data_ptr(), t.numel() * t.element_size()):08x}"
+        except (RuntimeError, ValueError):
+            pass
     return f"{_crc32(raw_bytes(t)):08x}"
 
 
@@ -276,6 +332,9 @@ class Encoder:
         self.cfg = cfg
         self.high = cfg.precision == "high"
         self.summary = cfg.summary_mode
+        self.md5 = self.summary == "md5"
+        if self.md5:
+            use_isal_crc()
         self.structure = cfg.task == "structure"
         self.save_all = cfg.task == "tensor"
         self.tensor_list = list(cfg.tensor_list)
@@ -421,8 +480,11 @@ class Encoder:
                                  "requires_grad": t.requires_grad}
         key = self.cache.key(t) if self.use_cache else None
         cached = self.cache.get(key) if key is not None else None
+        crc = None
         if cached is not None:
-            stat, kind = cached[1], cached[2]
+            stat, kind, crc = cached[1], cached[2], cached[3]
+        elif self.md5:
+            stat, kind, crc = stat_crc_of(t, self.high)
         else:
             stat, kind = stat_of(t, self.high)
         if kind is READY:
@@ -440,10 +502,9 @@ class Encoder:
             else:
                 snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
                 self._writer.save_tensor(saved, snap, snap.numel() * snap.element_size())
-        crc = None
-        if self.summary == "md5":
-            crc = cached[3] if cached is not None and cached[3] is not None else (
-                crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense()))
+        if self.md5:
+            if crc is None:
+                crc = crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense())
             entry["md5"] = crc
         if cached is None and key is not None:
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
