@@ -175,23 +175,33 @@ def _f32_cpu_stats(t: torch.Tensor):
     """Max, min, mean and norm of a contiguous CPU float32 tensor.
 
     The C kernel reads max, min and the sum of squares in one pass, carried in double (the norm is
-    closer to the float64 value than torch's). The mean stays torch's float sum: where the mean is
-    near zero by cancellation, a more exact sum differs from msprobe's in every digit and msprobe
-    compare flags it. Without the kernel, or with NaN/Inf in the tensor (torch's semantics for
-    those), torch reduces: a BLAS dot beats torch's whole-tensor vector_norm (a scalar loop on CPU),
-    sum beats mean, and the kind is the count the writer divides by.
+    closer to the float64 value than torch's); the mean as _mean says. Without the kernel,
+    or with NaN/Inf in the tensor (torch's semantics for those), torch reduces: a BLAS dot beats
+    torch's whole-tensor vector_norm (a scalar loop on CPU), sum beats mean, and the kind is the
+    count the writer divides by.
     """
     n = t.numel()
-    flat = t.view(-1)
     if _fast_f32 is not None and (type(t) is _TENSOR or type(t) is _PARAM):  # subclasses may own no storage
         try:
             mx, mn, s, ss = _fast_f32(t.data_ptr(), n)
         except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor)
             s = ss = _NAN
         if _isfinite(s + ss):
-            return (mx, mn, flat.sum().item() / n, _sqrt(ss)), READY
+            return (mx, mn, _mean(t, n), _sqrt(ss)), READY
+    return _f32_torch_stats(t)
+
+
+def _mean(t: torch.Tensor, n: int) -> float:
+    # torch's float sum, as msprobe's mean: where a mean is near zero by cancellation (LayerNorm outputs,
+    # gradients) the kernel's more exact double sum differs from msprobe's in every digit. Contiguous:
+    # torch's whole-tensor sum runs in the flat order, no view needed.
+    return t.sum().item() / n
+
+
+def _f32_torch_stats(t: torch.Tensor):
+    flat = t.view(-1)
     mn, mx = torch.aminmax(t)
-    return (mx, mn, flat.sum(), torch.dot(flat, flat)), n
+    return (mx, mn, flat.sum(), torch.dot(flat, flat)), t.numel()
 
 
 def _f32_cpu_stats_crc(t: torch.Tensor):
@@ -200,10 +210,10 @@ def _f32_cpu_stats_crc(t: torch.Tensor):
         try:
             mx, mn, s, ss, crc = _fast_f32_crc(t.data_ptr(), t.numel())
         except (RuntimeError, ValueError):
-            return (*_f32_cpu_stats(t), crc32_hex(t))
+            return (*_f32_torch_stats(t), crc32_hex(t))
         if _isfinite(s + ss):
-            return (mx, mn, t.view(-1).sum().item() / t.numel(), _sqrt(ss)), READY, f"{crc:08x}"
-        return (*_f32_cpu_stats(t), f"{crc:08x}")
+            return (mx, mn, _mean(t, t.numel()), _sqrt(ss)), READY, f"{crc:08x}"
+        return (*_f32_torch_stats(t), f"{crc:08x}")  # NaN/Inf: torch's statistics, the CRC stands
     return (*_f32_cpu_stats(t), crc32_hex(t))
 
 
