@@ -145,3 +145,17 @@ def test_crc_of_nan_views_integers_and_subclasses():
         assert crc == f"{zlib.crc32(x.contiguous().numpy().tobytes()):08x}", x.shape
     stat, kind, _ = encode.stat_crc_of(t, False)
     assert kind is not encode.READY  # NaN: torch's statistics, the kernel's CRC
+
+
+def test_negative_and_conjugate_views_give_their_values():
+    """A negative view (torch._neg_view) stores its values negated: statistics and CRC of the values."""
+    base = torch.randn(5000)
+    neg = torch._neg_view(base)
+    assert neg.is_neg() and neg.is_contiguous()
+    want = -base
+    assert _stats(neg)[:2] == _stats(want)[:2]
+    stat, kind, crc = encode.stat_crc_of(neg, False)
+    assert crc == f"{zlib.crc32(want.numpy().tobytes()):08x}"
+    z = torch.randn(300, dtype=torch.cfloat).conj()
+    assert z.is_conj()
+    assert encode.crc32_hex(z) == f"{zlib.crc32(z.resolve_conj().numpy().tobytes()):08x}"

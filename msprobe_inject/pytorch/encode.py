@@ -181,7 +181,8 @@ def _f32_cpu_stats(t: torch.Tensor):
     count the writer divides by.
     """
     n = t.numel()
-    if _fast_f32 is not None and (type(t) is _TENSOR or type(t) is _PARAM):  # subclasses may own no storage
+    # subclasses may own no storage; a negative view (torch._neg_view) stores the values negated
+    if _fast_f32 is not None and (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
         try:
             mx, mn, s, ss = _fast_f32(t.data_ptr(), n)
         except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor)
@@ -206,7 +207,7 @@ def _f32_torch_stats(t: torch.Tensor):
 
 def _f32_cpu_stats_crc(t: torch.Tensor):
     """_f32_cpu_stats and the CRC-32 of the bytes, hashed by the kernel while they are in cache."""
-    if type(t) is _TENSOR or type(t) is _PARAM:
+    if (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
         try:
             mx, mn, s, ss, crc = _fast_f32_crc(t.data_ptr(), t.numel())
         except (RuntimeError, ValueError):
@@ -261,7 +262,7 @@ def stat_of(t: torch.Tensor, high_precision: bool):
 
 
 def raw_bytes(t: torch.Tensor):
-    t = t.detach()
+    t = t.detach().resolve_conj().resolve_neg()  # the values, not a lazy view's stored bits
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.contiguous().reshape(-1)
@@ -306,7 +307,8 @@ def use_isal_crc() -> bool:
 def crc32_hex(t: torch.Tensor) -> Optional[str]:
     if t.is_meta:
         return None
-    if _fast_crc is not None and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous():
+    if _fast_crc is not None and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous() \
+            and not t.is_neg() and not t.is_conj():
         try:  # no numpy view, no copy
             return f"{_fast_crc(t.data_ptr(), t.numel() * t.element_size()):08x}"
         except (RuntimeError, ValueError):
