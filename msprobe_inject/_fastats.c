@@ -205,17 +205,17 @@ crc_update(uint32_t crc, const unsigned char *p, size_t n)
     return n ? crc_bytes(crc, p, n) : crc;
 }
 
-/* ---- one buffer ---- */
+/* ---- one buffer: statistics, CRC or both ---- */
 
 enum { JOB_STATS = 1, JOB_CRC = 2 };
 
 typedef struct {
     double mx, mn, s, q;
     uint32_t crc;
-} part_t;
+} result_t;
 
 static void
-run_job(const char *base, Py_ssize_t n, Py_ssize_t width, int what, part_t *r)
+run_job(const char *base, Py_ssize_t n, Py_ssize_t width, int what, result_t *r)
 {
     double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0};
     r->crc = 0;
@@ -233,32 +233,27 @@ run_job(const char *base, Py_ssize_t n, Py_ssize_t width, int what, part_t *r)
     r->mx = acc[0], r->mn = acc[1], r->s = acc[2], r->q = acc[3];
 }
 
+/* parse (address, count) and run the job, the GIL released for large buffers; -1 with an exception set */
 static int
-parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage, void **p, Py_ssize_t *n)
+run_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_ssize_t width, int what, result_t *r)
 {
-    if (nargs != want) {
+    if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, usage);
         return -1;
     }
-    *p = PyLong_AsVoidPtr(args[0]);
-    if (*p == NULL && PyErr_Occurred())
+    const char *p = PyLong_AsVoidPtr(args[0]);
+    if (p == NULL && PyErr_Occurred())
         return -1;
-    *n = PyLong_AsSsize_t(args[1]);
-    if (*n < 0) {
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "count must be >= 0");
         return -1;
     }
-    if (*p == NULL && *n > 0) {
+    if (p == NULL && n > 0) {
         PyErr_SetString(PyExc_ValueError, "null address");
         return -1;
     }
-    return 0;
-}
-
-static void
-run(const char *p, Py_ssize_t n, Py_ssize_t width, int what, part_t *r)
-{
     if (n >= NOGIL_FROM) {
         Py_BEGIN_ALLOW_THREADS
         run_job(p, n, width, what, r);
@@ -266,18 +261,16 @@ run(const char *p, Py_ssize_t n, Py_ssize_t width, int what, part_t *r)
     } else {
         run_job(p, n, width, what, r);
     }
+    return 0;
 }
 
 /* f32(address, count) -> (max, min, sum, sum of squares) */
 static PyObject *
 fastats_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *p;
-    Py_ssize_t n;
-    if (parse(args, nargs, 2, "f32(address, count)", &p, &n) < 0)
+    result_t r;
+    if (run_args(args, nargs, "f32(address, count)", 4, JOB_STATS, &r) < 0)
         return NULL;
-    part_t r;
-    run((const char *)p, n, 4, JOB_STATS, &r);
     return Py_BuildValue("(dddd)", r.mx, r.mn, r.s, r.q);
 }
 
@@ -285,12 +278,9 @@ fastats_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 fastats_f32_crc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *p;
-    Py_ssize_t n;
-    if (parse(args, nargs, 2, "f32_crc(address, count)", &p, &n) < 0)
+    result_t r;
+    if (run_args(args, nargs, "f32_crc(address, count)", 4, JOB_STATS | JOB_CRC, &r) < 0)
         return NULL;
-    part_t r;
-    run((const char *)p, n, 4, JOB_STATS | JOB_CRC, &r);
     return Py_BuildValue("(ddddk)", r.mx, r.mn, r.s, r.q, (unsigned long)r.crc);
 }
 
@@ -298,12 +288,9 @@ fastats_f32_crc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 fastats_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *p;
-    Py_ssize_t n;
-    if (parse(args, nargs, 2, "crc32(address, nbytes)", &p, &n) < 0)
+    result_t r;
+    if (run_args(args, nargs, "crc32(address, nbytes)", 1, JOB_CRC, &r) < 0)
         return NULL;
-    part_t r;
-    run((const char *)p, n, 1, JOB_CRC, &r);
     return PyLong_FromUnsignedLong(r.crc);
 }
 
@@ -340,10 +327,5 @@ PyInit__fastats(void)
     __builtin_cpu_init();
     have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #endif
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "clmul", have_clmul) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }

@@ -172,24 +172,34 @@ class StatCache:
 
 
 def _f32_cpu_stats(t: torch.Tensor):
-    """Max, min, mean and norm of a contiguous CPU float32 tensor.
+    """Max, min, mean and norm of a contiguous CPU float32 tensor: (stat, kind) as stat_of."""
+    stat, kind, _ = _f32_kernel(t, _fast_f32)
+    return stat, kind
+
+
+def _f32_kernel(t: torch.Tensor, fast):
+    """(stat, kind, crc hex or None) of a contiguous CPU float32 tensor through the kernel function fast
+    (f32, or f32_crc for the md5 mode).
 
     The C kernel reads max, min and the sum of squares in one pass, carried in double (the norm is
     closer to the float64 value than torch's); the mean as _mean says. Without the kernel,
     or with NaN/Inf in the tensor (torch's semantics for those), torch reduces: a BLAS dot beats
     torch's whole-tensor vector_norm (a scalar loop on CPU), sum beats mean, and the kind is the
-    count the writer divides by.
+    count the writer divides by. A NaN/Inf tensor's CRC from the kernel stands.
     """
     n = t.numel()
     # subclasses may own no storage; a negative view (torch._neg_view) stores the values negated
-    if _fast_f32 is not None and (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
+    if fast is not None and (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
         try:
-            mx, mn, s, ss = _fast_f32(t.data_ptr(), n)
+            r = fast(t.data_ptr(), n)
         except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor)
-            s = ss = _NAN
-        if _isfinite(s + ss):
-            return (mx, mn, _mean(t, n), _sqrt(ss)), READY
-    return _f32_torch_stats(t)
+            r = None
+        if r is not None:
+            crc = f"{r[4]:08x}" if len(r) > 4 else None
+            if _isfinite(r[2] + r[3]):
+                return (r[0], r[1], _mean(t, n), _sqrt(r[3])), READY, crc
+            return (*_f32_torch_stats(t), crc)
+    return (*_f32_torch_stats(t), None)
 
 
 def _mean(t: torch.Tensor, n: int) -> float:
@@ -205,24 +215,12 @@ def _f32_torch_stats(t: torch.Tensor):
     return (mx, mn, flat.sum(), torch.dot(flat, flat)), t.numel()
 
 
-def _f32_cpu_stats_crc(t: torch.Tensor):
-    """_f32_cpu_stats and the CRC-32 of the bytes, hashed by the kernel while they are in cache."""
-    if (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
-        try:
-            mx, mn, s, ss, crc = _fast_f32_crc(t.data_ptr(), t.numel())
-        except (RuntimeError, ValueError):
-            return (*_f32_torch_stats(t), crc32_hex(t))
-        if _isfinite(s + ss):
-            return (mx, mn, _mean(t, t.numel()), _sqrt(ss)), READY, f"{crc:08x}"
-        return (*_f32_torch_stats(t), f"{crc:08x}")  # NaN/Inf: torch's statistics, the CRC stands
-    return (*_f32_cpu_stats(t), crc32_hex(t))
-
-
 def stat_crc_of(t: torch.Tensor, high_precision: bool):
     """stat_of and the tensor's CRC-32 (the md5 summary mode)."""
     if t.dtype is _F32 and t.layout is _STRIDED and t.is_cpu and not high_precision and t.dim() and t.numel() \
             and t.is_contiguous() and _fast_f32_crc is not None:
-        return _f32_cpu_stats_crc(t)
+        stat, kind, crc = _f32_kernel(t, _fast_f32_crc)
+        return stat, kind, crc if crc is not None else crc32_hex(t)
     stat, kind = stat_of(t, high_precision)
     return stat, kind, crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense())
 
@@ -515,9 +513,7 @@ class Encoder:
                 snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
                 self._writer.save_tensor(saved, snap, snap.numel() * snap.element_size())
         if self.md5:
-            if crc is None:
-                crc = crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense())
-            entry["md5"] = crc
+            entry["md5"] = crc  # from stat_crc_of or the cache
         if cached is None and key is not None:
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
         elif cached is not None and saved is not None and cached[4] is None:
