@@ -97,6 +97,7 @@ class Session:
         self._opened: set = set()  # rank directories this process created
         self.root: Optional[str] = None
         self._root_failed = False
+        self._boundary: Optional[threading.Event] = None  # the writer's flush at the last step boundary
 
     # ---- steps ----
     @property
@@ -112,7 +113,9 @@ class Session:
         return not self.cfg.rank or rank is None or rank in self.cfg.rank
 
     def next_step(self) -> None:
-        self.flush()
+        ev = self.writer.flush(wait=False)
+        self.writer.wait(self._boundary)
+        self._boundary = ev
         self.api_counts.clear()
         self.module_counts.clear()
         self.pgrad_counts.clear()
@@ -263,7 +266,11 @@ class Session:
 
     # ---- lifecycle ----
     def flush(self) -> None:
-        self.writer.flush()
+        """Hand what was recorded to the writer, waiting only for what was handed over at the previous
+        step boundary: one step's writes overlap the next step's compute (tensors bounded by
+        pending_bytes), and the files of step N are complete when step N+1 stops. close() waits for all."""
+        self.writer.flush(wait=False)
+        self.writer.wait(self._boundary)
 
     def close(self) -> None:
         try:

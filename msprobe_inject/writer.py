@@ -258,13 +258,19 @@ class DumpWriter:
         """dst holds the same data as the already queued src: a hard link, or a copy where links fail."""
         self._send(("link", src, dst, None))
 
-    def flush(self, timeout: float = 600.0) -> None:
-        """Write the current step's json files; blocks until everything queued so far is on disk."""
+    def flush(self, timeout: float = 600.0, wait: bool = True) -> Optional[threading.Event]:
+        """Write the current step's json files. With wait, blocks until everything queued so far is
+        on disk; otherwise returns the event that the writer sets when it is (see wait())."""
         if self._thread is None:
-            return
+            return None
         ev = threading.Event()
         self._send(("flush", None, ev, None), push=True)
-        if self._thread.is_alive():
+        if wait:
+            self.wait(ev, timeout)
+        return ev
+
+    def wait(self, ev: Optional[threading.Event], timeout: float = 600.0) -> None:
+        if ev is not None and self._thread is not None and self._thread.is_alive():
             ev.wait(timeout)
 
     def close(self) -> None:

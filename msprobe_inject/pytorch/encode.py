@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import layout
+from . import ptfile
 
 MAX_DEPTH = 400
 _FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -26,6 +27,10 @@ _TENSOR = torch.Tensor
 _F32 = torch.float32
 _STRIDED = torch.strided
 _PARAM = torch.nn.Parameter
+try:
+    _LEGACY_DTYPES = frozenset(torch.storage._dtype_to_storage_type_map())
+except Exception:  # pragma: no cover - a torch without the map: the zip format for every dtype
+    _LEGACY_DTYPES = frozenset()
 _BUILTIN = (bool, int, float, str, slice, type(Ellipsis))
 _NP_SCALAR = (np.integer, np.floating, np.bool_, np.complexfloating, np.str_)
 try:
@@ -331,8 +336,12 @@ def save_pt(tensor: torch.Tensor, path: str) -> None:
     torch's non-zip format: no per-record CRC and zip bookkeeping, several times cheaper for the
     small files that dominate a dump; torch.load (weights_only too) reads it like any .pt file.
     """
+    if type(tensor) is ptfile.Staged:
+        ptfile.write(tensor, path)
+        return
     with layout.atomic_file(path) as fh:
-        torch.save(tensor, fh, _use_new_zipfile_serialization=False)
+        # dtypes without a legacy storage type (float8, uint16...) would give a file torch.load rejects
+        torch.save(tensor, fh, _use_new_zipfile_serialization=tensor.dtype not in _LEGACY_DTYPES)
 
 
 class Encoder:
@@ -510,8 +519,12 @@ class Encoder:
                 # the same data was saved a moment ago (an output is the next API's input): link it
                 self._writer.link_tensor(cached[4], saved)
             else:
-                snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
-                self._writer.save_tensor(saved, snap, snap.numel() * snap.element_size())
+                snap = ptfile.stage(t)
+                if snap is not None:
+                    self._writer.save_tensor(saved, snap, snap.nbytes)
+                else:
+                    snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
+                    self._writer.save_tensor(saved, snap, snap.numel() * snap.element_size())
         if self.md5:
             entry["md5"] = crc  # from stat_crc_of or the cache
         if cached is None and key is not None:
