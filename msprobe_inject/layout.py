@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import re
@@ -137,9 +136,9 @@ def _write_all(fd: int, data: memoryview) -> None:
 
 
 def write_aligned(path: str, data: Any, size: int) -> None:
-    """Write the first size bytes of data (a buffer starting on a page, its length whole pages) as
-    path, atomically. Files of DIRECT_MIN bytes and more go to the disk with O_DIRECT where the
-    file system takes it: no copy into the page cache, no writeback competing with training later."""
+    """Write the first size bytes of data as path, atomically. Files of DIRECT_MIN bytes and more
+    (data then starts on a page and holds whole pages) go to the disk with O_DIRECT where the file
+    system takes it: no copy into the page cache, no writeback competing with training later."""
     tmp = f"{path}.tmp{os.getpid()}"
     mv = memoryview(data).cast("B")
     fd = -1
@@ -159,22 +158,25 @@ def write_aligned(path: str, data: Any, size: int) -> None:
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                # alignment the device will not take: the page cache after all
+                import fcntl  # alignment the device will not take: the page cache after all
+
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
                 os.ftruncate(fd, 0)
                 os.lseek(fd, 0, os.SEEK_SET)
                 _write_all(fd, mv[:size])
         else:
             _write_all(fd, mv[:size])
-    except BaseException:
         os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    os.close(fd)
-    os.replace(tmp, path)
 
 
 def dumps_json(obj: Any) -> bytes:

@@ -258,20 +258,21 @@ class DumpWriter:
         """dst holds the same data as the already queued src: a hard link, or a copy where links fail."""
         self._send(("link", src, dst, None))
 
-    def flush(self, timeout: float = 600.0, wait: bool = True) -> Optional[threading.Event]:
-        """Write the current step's json files. With wait, blocks until everything queued so far is
-        on disk; otherwise returns the event that the writer sets when it is (see wait())."""
+    def flush(self, timeout: float = 600.0) -> None:
+        """Write the current step's json files; blocks until everything queued so far is on disk."""
         if self._thread is None:
-            return None
+            return
         ev = threading.Event()
         self._send(("flush", None, ev, None), push=True)
-        if wait:
-            self.wait(ev, timeout)
-        return ev
+        self.wait(ev, self._thread, timeout)
 
-    def wait(self, ev: Optional[threading.Event], timeout: float = 600.0) -> None:
-        if ev is not None and self._thread is not None and self._thread.is_alive():
-            ev.wait(timeout)
+    @staticmethod
+    def wait(ev: threading.Event, thread: threading.Thread, timeout: float = 600.0) -> None:
+        """Wait for an event the writer thread sets, but not after that thread has died."""
+        end = time.monotonic() + timeout
+        while not ev.wait(1.0):
+            if not thread.is_alive() or time.monotonic() > end:
+                return
 
     def close(self) -> None:
         if self._thread is None:
@@ -290,7 +291,10 @@ class DumpWriter:
         first = message not in self._errors_seen
         self._errors_seen.add(message)
         if first:
-            warnings.warn(f"[msprobe-launch] {message}", RuntimeWarning, stacklevel=2)
+            try:  # under -W error a warning raises: never into training code, never out of the writer
+                warnings.warn(f"[msprobe-launch] {message}", RuntimeWarning, stacklevel=2)
+            except Exception:
+                pass
         if d is None or d in self._failed_dirs:
             return
         try:

@@ -51,7 +51,9 @@ def test_staged_file_is_torch_save_bytes(tmp_path, name):
     t = _cases()[name]
     staged = ptfile.stage(t)
     assert staged is not None
-    assert staged.buf.data_ptr() % ptfile.ALIGN == 0 and staged.nbytes % ptfile.ALIGN == 0
+    if staged.size >= layout.DIRECT_MIN:
+        assert staged.buf.data_ptr() % ptfile.ALIGN == 0 and staged.buf.numel() % ptfile.ALIGN == 0
+    assert staged.nbytes >= staged.buf.numel() >= staged.size
     path = str(tmp_path / "x.pt")
     ptfile.write(staged, path)
     data = open(path, "rb").read()
@@ -111,3 +113,29 @@ def test_dtypes_without_legacy_storage_get_a_loadable_file(tmp_path, dtype):
     encode.save_pt(t.clone(), path)
     loaded = torch.load(path, weights_only=True)
     assert loaded.dtype == dtype and torch.equal(loaded.float(), t.float())
+
+
+def test_stage_ignores_the_default_device(tmp_path):
+    t = torch.randn(70_000)  # 280 KB: the O_DIRECT path
+    torch.set_default_device("meta")
+    try:
+        staged = ptfile.stage(t)
+    finally:
+        torch.set_default_device(None)
+    assert staged is not None and staged.buf.device.type == "cpu"
+    ptfile.write(staged, str(tmp_path / "x.pt"))
+    assert torch.equal(torch.load(tmp_path / "x.pt", weights_only=True), t)
+
+
+def test_waiting_on_a_dead_writer_returns(tmp_path):
+    import threading
+    import time
+
+    from msprobe_inject.writer import DumpWriter
+
+    th = threading.Thread(target=lambda: None)
+    th.start()
+    th.join()
+    t0 = time.monotonic()
+    DumpWriter.wait(threading.Event(), th, timeout=60)  # a writer thread that died before setting it
+    assert time.monotonic() - t0 < 5

@@ -28,17 +28,15 @@ _headers: Dict[Tuple[torch.dtype, Tuple[int, ...]], Optional[torch.Tensor]] = {}
 
 
 class Staged:
-    """A .pt file's bytes: the first `size` bytes of `buf`, a page-aligned uint8 tensor."""
+    """A .pt file's bytes: the first `size` bytes of `buf`, a uint8 tensor (page-aligned and whole pages
+    for a file written with O_DIRECT)."""
 
-    __slots__ = ("buf", "size")
+    __slots__ = ("buf", "size", "nbytes")
 
-    def __init__(self, buf: torch.Tensor, size: int):
+    def __init__(self, buf: torch.Tensor, size: int, nbytes: int):
         self.buf = buf
         self.size = size
-
-    @property
-    def nbytes(self) -> int:
-        return self.buf.numel()
+        self.nbytes = nbytes  # memory held, for the writer's pending budget
 
 
 class _Pickler(pickle.Pickler):
@@ -57,7 +55,15 @@ def legacy_header(dtype: torch.dtype, shape: Tuple[int, ...]) -> bytes:
     contiguous CPU tensor t of this dtype and shape (the storage's element count included)."""
     from torch import serialization as ser
 
-    stand = torch.empty(shape, dtype=dtype)
+    det = torch.utils.deterministic
+    fill = det.fill_uninitialized_memory and torch.are_deterministic_algorithms_enabled()
+    if fill:  # deterministic mode would write every byte of the stand-in, which only lends its metadata
+        det.fill_uninitialized_memory = False
+    try:
+        stand = torch.empty(shape, dtype=dtype, device="cpu")
+    finally:
+        if fill:
+            det.fill_uninitialized_memory = True
     f = io.BytesIO()
     proto = ser.DEFAULT_PROTOCOL
     pickle.dump(ser.MAGIC_NUMBER, f, protocol=proto)
@@ -97,10 +103,13 @@ def stage(t: torch.Tensor) -> Optional[Staged]:
         return None
     h = hdr.numel()
     size = h + t.numel() * t.element_size()
-    padded = -(-size // ALIGN) * ALIGN
-    raw = torch.empty(padded + ALIGN, dtype=torch.uint8)
-    start = -raw.data_ptr() % ALIGN
-    buf = raw[start:start + padded]
+    if size >= layout.DIRECT_MIN:  # O_DIRECT: whole pages from a page boundary
+        padded = -(-size // ALIGN) * ALIGN
+        raw = torch.empty(padded + ALIGN, dtype=torch.uint8, device="cpu")
+        start = -raw.data_ptr() % ALIGN
+        buf = raw[start:start + padded]
+    else:
+        raw = buf = torch.empty(size, dtype=torch.uint8, device="cpu")
     buf[:h].copy_(hdr)
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
@@ -111,7 +120,7 @@ def stage(t: torch.Tensor) -> Optional[Staged]:
     else:
         buf[h:size].copy_(t.contiguous().reshape(-1).view(torch.uint8))
     buf[size:].zero_()
-    return Staged(buf, size)
+    return Staged(buf, size, raw.numel())
 
 
 def write(staged: Staged, path: str) -> None:
