@@ -105,29 +105,17 @@ def atomic_file(path: str):
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
+        os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
-    os.replace(tmp, path)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temp file in the same directory and rename over path (never follows a symlink)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = _open_new(tmp)
+def _unlink_quietly(path: str) -> None:
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.replace(tmp, path)
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -135,14 +123,16 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[os.write(fd, data):]
 
 
-def write_aligned(path: str, data: Any, size: int) -> None:
-    """Write the first size bytes of data as path, atomically. Files of DIRECT_MIN bytes and more
-    (data then starts on a page and holds whole pages) go to the disk with O_DIRECT where the file
-    system takes it: no copy into the page cache, no writeback competing with training later."""
+def write_atomic(path: str, data: Any, size: Optional[int] = None, direct: bool = False) -> None:
+    """Write the first size bytes (default: all) of data to a temp file beside path and rename it over
+    path; never follows a symlink. With direct, a file of DIRECT_MIN bytes and more (data then starts
+    on a page and holds whole pages) goes to the disk with O_DIRECT where the file system takes it: no
+    copy into the page cache, no writeback competing with training later."""
     tmp = f"{path}.tmp{os.getpid()}"
     mv = memoryview(data).cast("B")
+    size = len(mv) if size is None else size
     fd = -1
-    if size >= DIRECT_MIN and _O_DIRECT:
+    if direct and size >= DIRECT_MIN and _O_DIRECT:
         try:
             fd = _open_new(tmp, extra=_O_DIRECT)
         except OSError:  # EINVAL: no direct I/O here (tmpfs, some network file systems)
@@ -172,10 +162,7 @@ def write_aligned(path: str, data: Any, size: int) -> None:
     except BaseException:
         if fd >= 0:
             os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
 
 

@@ -27,10 +27,6 @@ _TENSOR = torch.Tensor
 _F32 = torch.float32
 _STRIDED = torch.strided
 _PARAM = torch.nn.Parameter
-try:
-    _LEGACY_DTYPES = frozenset(torch.storage._dtype_to_storage_type_map())
-except Exception:  # pragma: no cover - a torch without the map: the zip format for every dtype
-    _LEGACY_DTYPES = frozenset()
 _BUILTIN = (bool, int, float, str, slice, type(Ellipsis))
 _NP_SCALAR = (np.integer, np.floating, np.bool_, np.complexfloating, np.str_)
 try:
@@ -340,8 +336,7 @@ def save_pt(tensor: torch.Tensor, path: str) -> None:
         ptfile.write(tensor, path)
         return
     with layout.atomic_file(path) as fh:
-        # dtypes without a legacy storage type (float8, uint16...) would give a file torch.load rejects
-        torch.save(tensor, fh, _use_new_zipfile_serialization=tensor.dtype not in _LEGACY_DTYPES)
+        torch.save(tensor, fh, _use_new_zipfile_serialization=tensor.dtype not in ptfile.LEGACY_DTYPES)
 
 
 class Encoder:

@@ -24,6 +24,10 @@ from .. import layout
 ALIGN = 4096
 _KEY = "0"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter's clone is a plain tensor too
+try:  # dtypes with a legacy storage type: the others give a non-zip file torch.load rejects (float8, uint16...)
+    LEGACY_DTYPES = frozenset(torch.storage._dtype_to_storage_type_map())
+except Exception:  # pragma: no cover - a torch without the map: the zip format for every dtype
+    LEGACY_DTYPES = frozenset()
 _headers: Dict[Tuple[torch.dtype, Tuple[int, ...]], Optional[torch.Tensor]] = {}
 
 
@@ -86,7 +90,7 @@ def _header(t: torch.Tensor) -> Optional[torch.Tensor]:
     if h is None and key not in _headers:
         try:
             h = torch.frombuffer(bytearray(legacy_header(*key)), dtype=torch.uint8)
-        except Exception:  # a dtype without a legacy storage type: save_pt's zip path
+        except Exception:  # torch.save's own path then
             h = None
         if len(_headers) > 4096:
             _headers.clear()
@@ -96,7 +100,8 @@ def _header(t: torch.Tensor) -> Optional[torch.Tensor]:
 
 def stage(t: torch.Tensor) -> Optional[Staged]:
     """The .pt file of t's current values, or None where torch.save must write it."""
-    if type(t) not in _PLAIN or t.device.type != "cpu" or t.layout != torch.strided or t.is_quantized:
+    if type(t) not in _PLAIN or t.device.type != "cpu" or t.layout != torch.strided \
+            or t.dtype not in LEGACY_DTYPES or t.is_quantized:
         return None
     hdr = _header(t)
     if hdr is None:
@@ -124,4 +129,4 @@ def stage(t: torch.Tensor) -> Optional[Staged]:
 
 
 def write(staged: Staged, path: str) -> None:
-    layout.write_aligned(path, staged.buf.numpy(), staged.size)
+    layout.write_atomic(path, staged.buf.numpy(), staged.size, direct=True)
