@@ -1,8 +1,9 @@
 """The statistics cache gives exactly the numbers a run without it gives: after in-place updates,
-for views, for tensors re-used across APIs and for memory freed and re-allocated."""
+for views and aliases, for tensors re-used across APIs and for memory freed and re-allocated."""
 
 from __future__ import annotations
 
+import torch
 from util import PREAMBLE, load_dump, run_py
 
 SCRIPT = PREAMBLE + """
@@ -30,6 +31,11 @@ for _ in range(5):    # freed and re-allocated memory of the same shape
     y = torch.randn(4, 6)
     torch.exp(y)
     del y
+w = torch.randn(4, 6)
+torch.exp(w.detach())     # an alias object, freed at once: its storage lives on in w
+torch.exp(w.view_as(w))   # another alias of the same memory and geometry: cached
+w.view_as(w).add_(1.0)    # in-place through an alias bumps the shared version
+torch.exp(w.detach())
 p = torch.nn.Parameter(torch.randn(3))
 opt = torch.optim.SGD([p], lr=0.5)
 torch.exp(p).sum().backward()
@@ -52,3 +58,23 @@ def test_cache_equals_no_cache(tmp_path):
     # the in-place updates are visible: the three exp inputs of x differ
     mx = [a[f"Torch.exp.{i}.forward"]["input_args"][0]["Max"] for i in (0, 2)]
     assert mx[0] != mx[1]
+    alias = [a[f"Torch.exp.{i}.forward"]["input_args"][0]["Max"] for i in (12, 13, 14)]
+    assert alias[0] == alias[1] != alias[2]
+
+
+def test_aliases_share_an_entry_and_freed_memory_does_not():
+    from msprobe_inject.pytorch.encode import StatCache, _owner
+
+    cache = StatCache()
+    w = torch.randn(4, 6)
+    cache.put(cache.key(w.detach()), w.detach(), ("stat",))
+    assert cache.get(cache.key(w.view_as(w))) is not None  # a different object over the same storage
+    w.add_(1)
+    assert cache.get(cache.key(w)) is None  # version bumped
+    y = torch.randn(1 << 16)
+    key = cache.key(y)
+    cache.put(key, y, ("stat",))
+    del y
+    z = torch.randn(1 << 16)  # may land at y's address with y's geometry and version
+    assert cache.get(key) is None and cache.get(cache.key(z)) is None
+    assert _owner(z) is z.untyped_storage()

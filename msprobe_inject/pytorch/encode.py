@@ -130,7 +130,9 @@ class StatCache:
     """Each distinct tensor is reduced once per step.
 
     Key: storage address, dtype, shape, strides and the version counter (bumped by every in-place
-    op, shared by views), plus a weak reference proving the memory was not freed and reused. Cleared
+    op, shared by views), plus a weak reference proving the memory was not freed and reused: to the
+    storage where torch keeps one Python object per storage for its lifetime, so the short-lived aliases
+    autograd passes between module hooks (a gradient and its reshape) share an entry. Cleared
     at every step boundary, so writes that bypass the version counter (``p.data.add_``: ``.data`` has a
     counter of its own) cannot leak stale numbers across steps; within a step, a tensor written through
     ``.data`` and then passed to another API would show its earlier statistics (``stat_cache: false``
@@ -164,12 +166,34 @@ class StatCache:
         if len(self.entries) > 200_000:
             self.entries.clear()
         try:
-            self.entries[key] = (weakref.ref(t), *value)
+            self.entries[key] = (weakref.ref(_owner(t)), *value)
         except TypeError:
             pass
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+def _storage_objects_live() -> bool:
+    """Whether torch keeps a storage's Python object alive as long as the storage (2.x does)."""
+    try:
+        t = torch.empty(1)
+        ref = weakref.ref(t.untyped_storage())
+        return ref() is not None and ref() is t.untyped_storage()
+    except Exception:
+        return False
+
+
+_STORAGE_REFS = _storage_objects_live()
+
+
+def _owner(t: torch.Tensor):
+    if _STORAGE_REFS and (type(t) is _TENSOR or type(t) is _PARAM):
+        try:
+            return t.untyped_storage()
+        except Exception:  # no storage (functorch, fake tensors)
+            pass
+    return t
 
 
 def _f32_cpu_stats(t: torch.Tensor):

@@ -1,0 +1,163 @@
+"""Module backward capture gives what torch's BackwardHook gives, and leaves the training's gradients alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.hooks import BackwardHook
+
+from msprobe_inject.pytorch.hooks import _collect, _ModuleBackward, _rebuild
+
+
+def _reference(module, hook, pre):
+    """The capture as it was built on torch's BackwardHook (the tensors requiring grad, nested too)."""
+    bw = BackwardHook(module, [hook], [pre])
+
+    def through(setup, value):
+        tensors: list = []
+        _collect(value, tensors)
+        hooked = setup(tuple(tensors))
+        return _rebuild(value, iter(hooked)) if tensors else value
+
+    return bw, lambda a: through(bw.setup_input_hook, a), lambda o: through(bw.setup_output_hook, o)
+
+
+def _ours(module, hook, pre):
+    bw = _ModuleBackward(module, hook, pre)
+    return bw, bw.inputs, bw.outputs
+
+
+def _install(model, make, log):
+    handles = []
+
+    def pre_fwd(module, args):
+        name = names[module]
+        hook = lambda m, gi, go: log.append((name, "hook", gi, go))  # noqa: E731
+        pre = lambda m, go: log.append((name, "pre", go))  # noqa: E731
+        bw, inp, out = make(module, hook, pre)
+        stack.append(out)
+        new = inp(args)
+        return new if new is not args else None
+
+    def post_fwd(module, args, output):
+        new = stack.pop()(output)
+        return new if new is not output else None
+
+    stack: list = []
+    names = {m: n or "root" for n, m in model.named_modules()}
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(pre_fwd))
+        handles.append(m.register_forward_hook(post_fwd))
+    return handles
+
+
+class TwoIn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bil = nn.Bilinear(4, 4, 3)
+
+    def forward(self, a, b):
+        return self.bil(a, b)
+
+
+class TupleOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y, None, y * 2  # two tensors: the second is unused by the loss below
+
+
+class InplaceInside(nn.Module):
+    def forward(self, x):
+        return x.mul_(2)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU(inplace=True)
+        self.same = nn.Identity()
+        self.two = TwoIn()
+        self.tup = TupleOut()
+        self.inp = InplaceInside()
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        h = self.act(self.fc(h))
+        h = self.same(h)
+        h = self.fc(h)  # the same module twice
+        y, _, _unused = self.tup(h)
+        h = self.inp(y + 0)
+        return self.two(h, y).sum()
+
+
+def _run(make, retain=False):
+    torch.manual_seed(0)
+    model = Net()
+    ids = torch.randint(0, 10, (3, 5))
+    log: list = []
+    handles = _install(model, make, log) if make else []
+    loss = model(ids)
+    loss.backward(retain_graph=retain)
+    if retain:
+        loss.backward()
+    for h in handles:
+        h.remove()
+    return log, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_hooks_get_what_backward_hook_gives(retain):
+    with pytest.warns(UserWarning):  # BackwardHook warns for modules whose inputs need no grad
+        ref, ref_grads = _run(_reference, retain)
+    got, grads = _run(_ours, retain)
+    _, plain = _run(None, retain)
+    assert [e[:2] for e in got] == [e[:2] for e in ref]
+    # in-place updates of a hooked tensor ("act", "inp") detach its hook node, as with BackwardHook
+    assert len(got) == (36 if retain else 18) and ("two.bil", "hook") in [e[:2] for e in got]
+    for r, g in zip(ref, got):
+        assert _same(r, g), (r, g)
+    for n in plain:  # the training's gradients are untouched
+        assert torch.equal(grads[n], plain[n]) and torch.equal(ref_grads[n], plain[n])
+
+
+def test_single_tensors_take_the_view_and_others_the_function():
+    seen = []
+    lin = nn.Linear(2, 2)
+    bw = _ModuleBackward(lin, lambda *a: seen.append(a), lambda *a: None)
+    x = torch.randn(1, 2, requires_grad=True)
+    (xv,) = bw.inputs((x,))
+    assert xv.grad_fn.name() == "ViewBackward0" and xv.data_ptr() == x.data_ptr()
+    y = bw.outputs(lin(xv))
+    assert y.grad_fn.name() == "ViewBackward0"
+    a, b = bw.inputs((x, x * 1))
+    assert a.grad_fn.name() == b.grad_fn.name() == "BackwardHookFunctionBackward"
+    y.sum().backward()
+    (_, grad_in, grad_out), = seen
+    assert torch.equal(grad_out[0], torch.ones(1, 2)) and torch.equal(grad_in[0], lin.weight.sum(0, keepdim=True))
+
+
+def test_a_failing_hook_never_reaches_backward():
+    def boom(*_):
+        raise RuntimeError("tool bug")
+
+    lin = nn.Linear(2, 2)
+    bw = _ModuleBackward(lin, boom, boom)
+    x = torch.randn(1, 2, requires_grad=True)
+    (xv,) = bw.inputs((x,))
+    bw.outputs(lin(xv)).sum().backward()
+    assert x.grad is not None
