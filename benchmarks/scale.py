@@ -1,8 +1,8 @@
 """Scale: per-step overhead and rank memory over many steps, and dump.json assembly from 100k records.
 
-    python benchmarks/scale.py [--steps 200]
+    python benchmarks/scale.py [--steps 200] [--level L1]
 
-Prints the median step time of the first and last 20 steps (with the tool, L1 statistics), the
+Prints the median step time of the first and last 20 steps (with the tool, statistics at the level), the
 resident memory after step 10 and at the end, and the time to assemble a 100k-record dump.json.
 """
 
@@ -20,14 +20,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 
-def steps_run(n: int, dump: str) -> dict:
+def steps_run(n: int, dump: str, level: str = "L1") -> dict:
     import psutil
     import torch
     import torch.nn as nn
 
     from msprobe_inject.pytorch import PrecisionDebugger
 
-    debugger = PrecisionDebugger(dump_path=dump, level="L1")
+    debugger = PrecisionDebugger(dump_path=dump, level=level)
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.GELU()) for _ in range(6)], nn.Linear(256, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -68,9 +68,10 @@ def assemble(n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--level", default="L1", choices=["L0", "L1", "mix"])
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        r = steps_run(a.steps, os.path.join(tmp, "d"))
+        r = steps_run(a.steps, os.path.join(tmp, "d"), a.level)
     r["assemble_100k_s"] = assemble(100_000)
     print(f"step time, first 20 steps: {r['first20_ms']:.1f} ms; last 20 of {a.steps}: {r['last20_ms']:.1f} ms "
           f"(ratio {r['last20_ms'] / r['first20_ms']:.2f})")
