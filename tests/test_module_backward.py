@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
 from torch.utils.hooks import BackwardHook
+from util import PREAMBLE, load_dump, rank_dir, run_py
 
 from msprobe_inject.pytorch.hooks import _collect, _ModuleBackward, _rebuild
 
@@ -161,3 +164,43 @@ def test_a_failing_hook_never_reaches_backward():
     (xv,) = bw.inputs((x,))
     bw.outputs(lin(xv)).sum().backward()
     assert x.grad is not None
+
+
+
+def test_a_module_whose_input_cannot_be_hooked_keeps_training_and_its_records(tmp_path):
+    """Sparse tensors pass through neither a view nor BackwardHookFunction: the module's backward capture
+    is skipped and logged, its forward record and every other module's records stay."""
+    code = PREAMBLE + """
+class SparseMM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 2))
+
+    def forward(self, x):
+        return torch.sparse.mm(x, self.w)
+
+class Top(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sp = SparseMM()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(self.sp(x))
+
+m = Top()
+x = torch.randn(4, 3).to_sparse().requires_grad_()
+debugger = PrecisionDebugger(dump_path="d", level="L0")
+debugger.start(model=m)
+m(x).sum().backward()
+debugger.stop(); debugger.step()
+print("GRAD", m.sp.w.grad.tolist())
+"""
+    proc = run_py(code, str(tmp_path))
+    d = load_dump(str(tmp_path / "d"))["data"]
+    assert {"Module.sp.SparseMM.forward.0", "Module.fc.Linear.forward.0", "Module.fc.Linear.backward.0",
+            "Module.sp.SparseMM.parameters_grad.0"} <= set(d)
+    assert "Module.sp.SparseMM.backward.0" not in d
+    assert "GRAD [[" in proc.stdout
+    log = open(os.path.join(rank_dir(str(tmp_path / "d")), "dump_error_info.log")).read()
+    assert "Module.sp.SparseMM.backward.0: backward capture not set up" in log

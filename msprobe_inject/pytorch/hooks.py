@@ -26,6 +26,7 @@ from . import apis, encode
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _tls = threading.local()
 _NO_TF = torch._C.DisableTorchFunction
+_STRIDED = torch.strided
 _dist = torch.distributed
 try:
     _dist_ok = _dist.is_available()
@@ -186,15 +187,15 @@ class _ModuleBackward:
 
     @staticmethod
     def _through(value, tensors, fn):
-        if len(tensors) == 1 and type(tensors[0]) is torch.Tensor:
-            t = tensors[0]
+        t = tensors[0]
+        if len(tensors) == 1 and type(t) is torch.Tensor and t.layout is _STRIDED and not t.is_nested:
             view = t.view_as(t)
             node = view.grad_fn
             if node is None:
                 return value
             node.register_prehook(fn)
             hooked = (view,)
-        else:
+        else:  # sparse and nested tensors have no view; subclasses keep their own dispatch
             hooked = _HookFn.apply(*tensors)
             node = next((h.grad_fn for h in hooked if h.grad_fn is not None
                          and h.grad_fn.name() == "BackwardHookFunctionBackward"), None)
@@ -629,6 +630,9 @@ class Runtime:
                 hooked = bw.inputs(args)
                 if hooked is not args:
                     new_args = hooked
+            except Exception as exc:  # the frame is pushed regardless: the post-hook pops one per call
+                bw = None
+                self.writer.log_error(f"{bkey}: backward capture not set up: {type(exc).__name__}: {exc}")
             finally:
                 _tls.busy = False
         frames.append((fkey, keep, body, bw))
