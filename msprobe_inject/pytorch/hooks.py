@@ -189,19 +189,15 @@ class _ModuleBackward:
     def _through(value, tensors, fn):
         t = tensors[0]
         if len(tensors) == 1 and type(t) is torch.Tensor and t.layout is _STRIDED and not t.is_nested:
-            view = t.view_as(t)
-            node = view.grad_fn
-            if node is None:
-                return value
-            node.register_prehook(fn)
-            hooked = (view,)
+            hooked = (t.view_as(t),)
+            node = hooked[0].grad_fn
         else:  # sparse and nested tensors have no view; subclasses keep their own dispatch
             hooked = _HookFn.apply(*tensors)
             node = next((h.grad_fn for h in hooked if h.grad_fn is not None
                          and h.grad_fn.name() == "BackwardHookFunctionBackward"), None)
-            if node is None:
-                return value
-            node.register_prehook(fn)
+        if node is None:
+            return value
+        node.register_prehook(fn)
         try:
             return _rebuild(value, iter(hooked))
         except Exception:
