@@ -49,15 +49,14 @@ def steps_run(n: int, dump: str, level: str = "L1") -> dict:
 
 
 def assemble(n: int) -> float:
-    from msprobe_inject.writer import StepState
+    from msprobe_inject.dumpformat.documents import StepRecords
 
     entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [8, 128, 256], "Max": 3.1, "Min": -2.9,
              "Mean": 0.001, "Norm": 512.3, "requires_grad": True}
-    st = StepState("unused", {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None},
-                   "dump")
+    st = StepRecords({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None}, "dump")
     for i in range(n):
         body = {"input_args": [dict(entry), dict(entry)], "input_kwargs": {}, "output": [dict(entry)]}
-        st.apply("set", f"Functional.linear.{i}.forward", body, json.dumps(body))
+        st.set(f"Functional.linear.{i}.forward", json.dumps(body))
     t0 = time.perf_counter()
     data = st.main_bytes()
     took = time.perf_counter() - t0

@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from .dumpformat import names
+
 TASKS = ("statistics", "tensor", "structure", "overflow_check")
 LEVELS = ("L0", "L1", "mix", "debug")
 SUMMARY_MODES = ("statistics", "md5", "xor")
@@ -135,8 +137,6 @@ def _bool(key: str, value: Any) -> bool:
     return value
 
 
-_SCOPE_API = re.compile(r"^[A-Za-z_]\w*\..+\.\d+\.(forward|backward)$")
-_SCOPE_MODULE = re.compile(r"^Module\..+\.(forward|backward)\.\d+$")
 
 
 def _check_data_mode(modes: List[str]) -> List[str]:
@@ -156,11 +156,12 @@ def _check_scope(scope: List[str], level: str) -> List[str]:
     if len(scope) != 2:
         raise ConfigError("scope", f"must be empty or exactly two full record names [start, end], got {scope!r}")
     for name in scope:
-        is_module = bool(_SCOPE_MODULE.match(name))
-        is_api = bool(_SCOPE_API.match(name)) and not name.startswith("Module.")
+        parsed = names.parse(name)
+        is_module = parsed is not None and parsed.kind == "module" and parsed.direction != names.PARAMETERS_GRAD
+        is_api = parsed is not None and parsed.kind == "api"
         ok = (level == "L0" and is_module) or (level == "L1" and is_api) or (level == "mix" and (is_module or is_api))
         if not ok:
-            want = {"L0": "module names like 'Module.fc1.Linear.forward.0'",
+            want = {"L0": "module names like 'Module.fc1.Linear.forward.0' (MindSpore: 'Cell.fc1.Dense.forward.0')",
                     "L1": "API names like 'Functional.linear.0.forward'"}.get(level, "module or API record names")
             raise ConfigError("scope", f"{name!r} is not valid at level {level}; expected {want}")
     return list(scope)

@@ -31,8 +31,10 @@ import warnings
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-MANIFEST_NAME = "msprobe_manifest.json"
-META_DIR = ".msprobe"
+from .dumpformat import paths
+
+MANIFEST_NAME = paths.MANIFEST
+META_DIR = paths.META_DIR
 CLAIMS_DIR = "claims"
 FILE_MODE = 0o640
 DIR_MODE = 0o750
@@ -234,16 +236,16 @@ def resolve_process_root(dump_path: str, rank: Optional[int]) -> str:
     """
     pid = os.getpid()
     attempt = current_attempt()
-    key = f"rank{rank}" if rank is not None else f"proc{pid}"
+    key = paths.rank_dir_name(rank, pid)
     dump_abs = os.path.abspath(dump_path)
     cache_key = (dump_abs, key, attempt, pid)
     if cache_key in _roots:
         return _roots[cache_key]
-    base = dump_path if attempt == 0 else os.path.join(dump_path, f"attempt{attempt}")
+    base = dump_path if attempt == 0 else os.path.join(dump_path, paths.attempt_dir_name(attempt))
     if attempt and os.path.islink(base):  # never write through a symlink planted in the dump path
         base = _free_dir(f"{base}_{_safe_host()}_{pid}")
         _warn(f"attempt{attempt} in {dump_path} is a symlink; writing to {base}")
-    duplicate_root = _free_dir(os.path.join(base, f"duplicate_{key}_{_safe_host()}_{pid}"))
+    duplicate_root = _free_dir(os.path.join(base, paths.duplicate_dir_name(key, _safe_host(), pid)))
     root = base
     try:
         claims = _meta_dir(dump_path, CLAIMS_DIR)
@@ -419,14 +421,15 @@ def release_claims(dump_path: str) -> None:
 
 
 def _steps_on_disk(dump_path: str, root_rel: str, rank: Optional[int], pid: Any) -> List[int]:
-    name = f"rank{rank}" if rank is not None else f"proc{pid}"
+    name = paths.rank_dir_name(rank, pid)
     root = os.path.join(dump_path, root_rel)
     steps = []
     try:
         for entry in os.scandir(root):
-            m = re.match(r"^step(\d+)$", entry.name)
-            if m and entry.is_dir(follow_symlinks=False) and os.path.isdir(os.path.join(entry.path, name)):
-                steps.append(int(m.group(1)))
+            step = paths.parse_step(entry.name)
+            if step is not None and entry.is_dir(follow_symlinks=False) \
+                    and os.path.isdir(os.path.join(entry.path, name)):
+                steps.append(step)
     except OSError:
         pass
     return sorted(steps)

@@ -7,8 +7,8 @@ import re
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from . import layout
 from .config import DumpConfig
+from .dumpformat import files, paths
 from .writer import DumpWriter
 
 _RANK_VARS = ("RANK", "RANK_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -137,7 +137,7 @@ class Session:
             if r is not None:
                 self.rank = r
                 self.rank_fixed = True
-                if self._open_dir is not None and os.path.basename(self._open_dir).startswith("proc"):
+                if self._open_dir is not None and paths.parse_process(os.path.basename(self._open_dir)).rank is None:
                     # dist was initialised after start(): msprobe renames proc{pid} to rank{R}
                     new = self.rank_dir()
                     self.writer.rename(self._open_dir, new)
@@ -153,7 +153,7 @@ class Session:
         if self.root is None:
             root = self.cfg.dump_path
             try:
-                layout.makedirs(root)
+                files.makedirs(root)
             except OSError as exc:
                 # one message for one cause; the job runs on without dumping
                 self.writer.log_error(f"dump path {root} is not writable ({exc}); dumping is off")
@@ -175,15 +175,13 @@ class Session:
         return self.root
 
     def rank_dir(self) -> str:
-        name = layout.rank_dir_name(self.current_rank(), os.getpid())
-        return os.path.join(self._root(), f"step{self.step}", name)
+        return paths.rank_dir(self._root(), self.step, self.current_rank(), os.getpid())
 
     def header(self, level: Optional[str] = None) -> Dict[str, Any]:
         cfg = self.cfg
         tensor_dir = None
         if cfg.task == "tensor" or (cfg.task == "statistics" and cfg.tensor_list):
-            tensor_dir = os.path.join(self._root(), f"step{self.step}",
-                                      layout.rank_dir_name(self.current_rank(), os.getpid()), "dump_tensor_data")
+            tensor_dir = paths.tensor_dir(self.rank_dir())
         return {"task": cfg.task, "level": level or cfg.level, "framework": self.framework,
                 "dump_data_dir": tensor_dir, "_extra_info": cfg.extra_info, "_step": self.step,
                 "_root": cfg.dump_path}
@@ -212,9 +210,9 @@ class Session:
             header = self.header("debug" if kind == "debug" else None)
             if header["dump_data_dir"] is not None:
                 try:
-                    layout.makedirs(os.path.join(d, "dump_tensor_data"), self.cfg.dump_path)
+                    files.makedirs(paths.tensor_dir(d), self.cfg.dump_path)
                 except OSError as exc:
-                    self.writer.log_error(f"cannot create {d}/dump_tensor_data: {exc}", d)
+                    self.writer.log_error(f"cannot create {paths.tensor_dir(d)}: {exc}", d)
             self.writer.open_step(d, header, kind)
         return d
 
@@ -233,7 +231,7 @@ class Session:
             self.writer.log_error(f"{d} holds earlier data and cannot be moved aside ({exc}); writing over it", d)
 
     def tensor_dir(self) -> str:
-        return os.path.join(self._open_dir or self.rank_dir(), "dump_tensor_data")
+        return paths.tensor_dir(self._open_dir or self.rank_dir())
 
     # ---- counters ----
     def next_api_index(self, base: str) -> int:

@@ -1,61 +1,101 @@
 """The writer: one per process, off the training thread.
 
-Records arrive as events on a queue. A background thread resolves their pending statistics,
-appends them to an append-only journal in the rank directory (so a kill -9 loses nothing that
-was journaled), keeps the step's records in order, and assembles dump.json, stack.json and
-construct.json (or debug.json) at flush points. Errors are logged to dump_error_info.log and
-warned about once; they never reach the training code.
+The recorder sends typed events (below) in batches. A background thread resolves their pending
+statistics, encodes each record body once, appends it to the rank directory's journal (so a kill -9
+loses nothing that was journaled), keeps the step's records in order, and writes the step's documents
+at flush points. The format of all of it is ``dumpformat``'s. Errors are logged to
+dump_error_info.log and warned about once; they never reach the training code.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import linecache
 import os
 import queue
+import shutil
 import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from . import layout
+from .dumpformat import files, journal, paths
+from .dumpformat.documents import StepRecords
+from .dumpformat.encoding import encode, join_members
+from .dumpformat.nonfinite import has_nonfinite
 
-JOURNAL = "dump.journal"
 _BATCH = 256  # events per hand-off to the writer thread
 _DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long: a kill -9 loses at most that
-ERROR_LOG = "dump_error_info.log"
-_JSON_FILES = ("dump.json", "stack.json", "construct.json")
-_key = json.encoder.encode_basestring_ascii
 _STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
 
 
-def _make_encode() -> Callable[[Any], str]:
-    """json.dumps without its per-call set-up: one C encoder for the process.
+# ---- the events: what the recorder says to the writer ----
 
-    Record bodies are acyclic by construction (the encoders cut cycles), so no circular check.
-    JSONEncoder.encode builds a new C encoder (and a closure) on every call: ~15 % of a record's encoding.
-    """
-    std = json.JSONEncoder(check_circular=False).encode
-    try:
-        from json.encoder import c_make_encoder
+class Open(NamedTuple):
+    """Records that follow belong to a new step directory."""
 
-        c_enc = c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None,
-                               ": ", ", ", False, False, True)
-
-        def encode(o: Any, _c=c_enc, _join="".join) -> str:
-            return _join(_c(o, 0))
-
-        sample = {"a": [1, -2.5, float("nan"), float("inf"), None, True, "\u00e9\n"], "b": {}, "c": [[]]}
-        if all(encode(v) == std(v) for v in (sample, "s", None, 3.0, [])):
-            return encode
-    except Exception:  # pragma: no cover - a Python without the C accelerator
-        pass
-    return std
+    directory: str
+    header: Dict[str, Any]
+    kind: str  # "dump" | "debug"
 
 
-_encode = _make_encode()
+class Record(NamedTuple):
+    """A whole record body; replaces an earlier body of the same key, which keeps its position."""
+
+    key: str
+    body: Any
+    pending: Optional[list]  # statistics the writer resolves before encoding
+
+
+class Merge(NamedTuple):
+    """Members added to a record (created if new); with move, the record moves to the end of the step."""
+
+    key: str
+    members: Dict[str, Any]
+    pending: Optional[list]
+    move: bool
+
+
+class Construct(NamedTuple):
+    key: str
+    parent: Any
+
+
+class Stack(NamedTuple):
+    key: str
+    frames: tuple  # capture_stack's (code, offset) pairs, formatted on the writer thread
+
+
+class Rename(NamedTuple):
+    """The open step directory moves (proc{pid} -> rank{R} once the rank is known)."""
+
+    old: str
+    new: str
+
+
+class TensorFile(NamedTuple):
+    path: str
+    tensor: Any
+    nbytes: int
+
+
+class Link(NamedTuple):
+    """dst holds the same data as the already queued src."""
+
+    src: str
+    dst: str
+
+
+class Flush(NamedTuple):
+    done: threading.Event
+
+
+class Close(NamedTuple):
+    done: threading.Event
+
+
+_RECORDS = (Record, Merge)
 
 
 def capture_stack(skip: int) -> tuple:
@@ -107,78 +147,16 @@ def format_stack(frames: tuple) -> List[str]:
     return out
 
 
-class StepState:
-    """The records of one step of one rank, in msprobe's order."""
+class _OpenStep:
+    """The step directory being written, its records and its journal."""
+
+    __slots__ = ("directory", "records", "journal", "held")
 
     def __init__(self, directory: str, header: Dict[str, Any], kind: str):
         self.directory = directory
-        self.header = header
-        self.kind = kind  # "dump" or "debug"
-        # key -> the record body, encoded once (C encoder). Only strings are kept: they are not tracked by
-        # the garbage collector, so a step's records do not pile up in its older generations
-        self.enc: Dict[str, str] = {}
-        self.stacks: Dict[Tuple, List[str]] = {}  # stack text -> keys, in order of first use
-        self.stack_order: List[Tuple] = []  # the journal names a repeated stack by its position here
-        self.stack_pos: Dict[Tuple, int] = {}
-        self.construct: Dict[str, Any] = {}
+        self.records = StepRecords(header, kind)
         self.journal = None
-        self.dirty = True
-        self.incomplete = False
-
-    def apply(self, op: str, key: str, value: Any, encoded: Optional[str] = None) -> None:
-        if op == "set":
-            self.enc[key] = encoded if encoded is not None else _encode(value)
-        elif op == "move":
-            self.enc.pop(key, None)
-            self.enc[key] = encoded if encoded is not None else _encode(value)
-        elif op == "update":  # merge fields into an existing record, keeping its position (rare: decoded)
-            cur = self.enc.get(key)
-            cur = json.loads(cur) if cur is not None else None
-            if isinstance(cur, dict) and isinstance(value, dict):
-                cur.update(value)
-            else:
-                cur = value
-            self.enc[key] = _encode(cur)
-        elif op == "construct":
-            self.construct[key] = value
-        elif op == "stack":
-            self.add_stack(key, tuple(value))
-        elif op == "stackref":
-            self.stacks[self.stack_order[value]].append(key)
-        self.dirty = True
-
-    def add_stack(self, key: str, text: Tuple) -> Optional[int]:
-        """Record key's stack; its position when this step has seen that stack before, else None."""
-        pos = self.stack_pos.get(text)
-        if pos is None:
-            self.stack_pos[text] = len(self.stack_order)
-            self.stack_order.append(text)
-            self.stacks[text] = [key]
-            return None
-        self.stacks[text].append(key)
-        return pos
-
-    def main_bytes(self) -> bytes:
-        """dump.json / debug.json: the header, then one record per line (each body encoded once)."""
-        head = {k: v for k, v in self.header.items() if not k.startswith("_")}
-        parts = ["{\n"]
-        for k, v in head.items():
-            parts.append(f" {json.dumps(k)}: {json.dumps(v)},\n")
-        enc = self.enc
-        recs = [f"\n  {_key(k)}: {v}" for k, v in enc.items()]
-        parts.append(' "data": {' + ",".join(recs) + ("\n }\n}\n" if recs else "}\n}\n"))
-        return "".join(parts).encode("ascii", "backslashreplace")
-
-    def documents(self) -> Dict[str, Any]:
-        """File name -> document; the main file is given as ready bytes."""
-        name = "debug.json" if self.kind == "debug" else "dump.json"
-        docs: Dict[str, Any] = {name: self.main_bytes()}
-        if self.kind == "debug":
-            return docs
-        if self.header.get("_extra_info", True):
-            docs["stack.json"] = {str(i): [keys, list(fr)] for i, (fr, keys) in enumerate(self.stacks.items())}
-            docs["construct.json"] = self.construct
-        return docs
+        self.held: Dict[str, Dict[str, Any]] = {}  # overflow_check: finite records not written (yet)
 
 
 class DumpWriter:
@@ -194,10 +172,9 @@ class DumpWriter:
         self._dir: Optional[str] = None  # the step directory most recently opened (producer side)
         self._root: Optional[str] = None  # the dump path: nothing below it is written through a symlink
         self._thread: Optional[threading.Thread] = None
-        self._state: Optional[StepState] = None
+        self._step: Optional[_OpenStep] = None
         self._pid = os.getpid()
         self._errors_seen: set = set()
-        self._error_dirs: List[str] = []
         self._failed_dirs: set = set()
         self.error_count = 0
         self._budget = pending_bytes
@@ -207,6 +184,11 @@ class DumpWriter:
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
         self._stack_text: Dict[tuple, Tuple[tuple, str]] = {}  # frames -> (text, its json)
+        self._handlers: Dict[type, Callable[[Any, List[bytes]], bool]] = {
+            Open: self._on_open, Record: self._on_record, Merge: self._on_merge, Construct: self._on_construct,
+            Stack: self._on_stack, Rename: self._on_rename, TensorFile: self._on_tensor, Link: self._on_link,
+            Flush: self._on_flush, Close: self._on_close,
+        }
 
     # ---- called from the training thread ----
     def _ensure_thread(self) -> None:
@@ -217,8 +199,8 @@ class DumpWriter:
             self._thread = threading.Thread(target=self._run, name="msprobe-writer", daemon=True)
             self._thread.start()
 
-    def _send(self, ev, push: bool = False) -> None:
-        # events travel in batches: one queue hand-off (and writer wake-up) per batch, not per record
+    def send(self, ev: Any, push: bool = False) -> None:
+        """Queue one event. Events travel in batches: one queue hand-off (and writer wake-up) per batch."""
         with self._blk:
             self._buf.append(ev)
             if push or len(self._buf) >= _BATCH:
@@ -229,21 +211,11 @@ class DumpWriter:
         self._ensure_thread()
         self._dir = directory
         self._root = header.get("_root")
-        self._send(("open", directory, header, kind))
-
-    def put(self, op: str, key: str, value: Any, pending: Optional[list] = None) -> None:
-        self._send((op, key, value, pending))
+        self.send(Open(directory, header, kind))
 
     def rename(self, old: str, new: str) -> None:
-        """Move the open step directory (proc{pid} -> rank{R} once the rank is known)."""
         self._dir = new
-        self._send(("rename", old, new, None))
-
-    def put_stack(self, key: str, frames: tuple) -> None:
-        self._send(("stack", key, frames, None))
-
-    def put_construct(self, key: str, parent: Any) -> None:
-        self._send(("construct", key, parent, None))
+        self.send(Rename(old, new))
 
     def save_tensor(self, path: str, tensor: Any, nbytes: int) -> None:
         """Queue a tensor file; waits while queued tensors exceed the memory budget."""
@@ -252,18 +224,18 @@ class DumpWriter:
                 if not self._cv.wait(timeout=60):
                     break
             self._pending += nbytes
-        self._send(("tensor", path, tensor, nbytes), push=True)
+        self.send(TensorFile(path, tensor, nbytes), push=True)
 
     def link_tensor(self, src: str, dst: str) -> None:
         """dst holds the same data as the already queued src: a hard link, or a copy where links fail."""
-        self._send(("link", src, dst, None))
+        self.send(Link(src, dst))
 
     def flush(self, timeout: float = 600.0) -> None:
-        """Write the current step's json files; blocks until everything queued so far is on disk."""
+        """Write the current step's documents; blocks until everything queued so far is on disk."""
         if self._thread is None:
             return
         ev = threading.Event()
-        self._send(("flush", None, ev, None), push=True)
+        self.send(Flush(ev), push=True)
         self.wait(ev, self._thread, timeout)
 
     @staticmethod
@@ -279,7 +251,7 @@ class DumpWriter:
             return
         self.flush()
         ev = threading.Event()
-        self._send(("close", None, ev, None), push=True)
+        self.send(Close(ev), push=True)
         if self._thread.is_alive():
             ev.wait(30)
         self._thread = None
@@ -298,8 +270,8 @@ class DumpWriter:
         if d is None or d in self._failed_dirs:
             return
         try:
-            layout.makedirs(d, self._root)
-            with layout.open_append(os.path.join(d, ERROR_LOG)) as fh:
+            files.makedirs(d, self._root)
+            with files.open_append(os.path.join(d, paths.ERROR_LOG)) as fh:
                 fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid={os.getpid()} {message}\n".encode())
         except OSError:
             pass
@@ -319,6 +291,7 @@ class DumpWriter:
         return out
 
     def _run(self) -> None:
+        handlers = self._handlers
         while True:
             try:
                 batch = list(self._q.get(timeout=_DRAIN_S))
@@ -334,7 +307,7 @@ class DumpWriter:
             except queue.Empty:
                 pass
             lines: List[bytes] = []
-            pending = [item for ev in batch if len(ev) == 4 and isinstance(ev[3], list) for item in ev[3]]
+            pending = [item for ev in batch if type(ev) in _RECORDS and ev.pending for item in ev.pending]
             if pending:
                 try:
                     self._resolver(pending)  # the whole batch at once
@@ -342,7 +315,7 @@ class DumpWriter:
                     self.log_error(f"statistics could not be read: {type(exc).__name__}: {exc}")
             for ev in batch:
                 try:
-                    stop = self._handle(ev, lines)
+                    stop = handlers[type(ev)](ev, lines)
                 except Exception as exc:  # never let the thread die
                     stop = False
                     self.log_error(f"writer: {type(exc).__name__}: {exc}")
@@ -351,165 +324,192 @@ class DumpWriter:
                     return
             self._write_journal(lines)
 
-    def _handle(self, ev, lines: List[bytes]) -> bool:
-        op = ev[0]
-        if self.stopped and op not in ("flush", "close", "tensor"):
-            return False
-        if op == "open":
-            self._write_journal(lines)
-            lines.clear()
-            self._finish_step()
-            _, directory, header, kind = ev
-            self._state = StepState(directory, header, kind)
-            try:
-                layout.makedirs(directory, header.get("_root"))
-                self._state.journal = layout.open_append(os.path.join(directory, JOURNAL))
-                head = dict(header, _kind=kind)
-                self._state.journal.write(json.dumps({"op": "open", "v": head}).encode() + b"\n")
-                self._write_documents()  # msprobe writes empty files at the first start() of a step
-            except OSError as exc:
-                self._dir_failed(directory, exc)
-            return False
-        if op == "flush":
-            self._write_journal(lines)
-            lines.clear()
-            self._write_documents()
-            ev[2].set()
-            return False
-        if op == "close":
-            self._write_journal(lines)
-            lines.clear()
-            self._finish_step()
-            ev[2].set()
-            return True
-        if op == "tensor":
-            _, path, tensor, nbytes = ev
-            try:
-                if not self.stopped and (self._state is None or self._state.directory not in self._failed_dirs):
-                    if self._state is not None:
-                        layout.check_no_symlink(self._state.directory, os.path.dirname(path))
-                    self._save_tensor(tensor, path)
-            except Exception as exc:
-                self.log_error(f"cannot write tensor file {os.path.basename(path)}: {exc}",
-                               os.path.dirname(os.path.dirname(path)))
-            finally:
-                with self._cv:
-                    self._pending -= nbytes
-                    self._cv.notify_all()
-            return False
-        if op == "link":
-            _, src, dst, _unused = ev
-            if self.stopped or (self._state is not None and self._state.directory in self._failed_dirs):
-                return False
-            try:
-                if self._state is not None:
-                    layout.check_no_symlink(self._state.directory, os.path.dirname(dst))
-                try:
-                    os.link(src, dst, follow_symlinks=False)
-                except FileExistsError:
-                    os.unlink(dst)
-                    os.link(src, dst, follow_symlinks=False)
-            except OSError:
-                try:
-                    import shutil
+    def _live(self) -> Optional[_OpenStep]:
+        """The open step, unless writing has stopped for good or its directory failed."""
+        st = self._step
+        if self.stopped or st is None or st.directory in self._failed_dirs:
+            return None
+        return st
 
-                    with open(src, "rb") as fi, layout.atomic_file(dst) as fo:
-                        shutil.copyfileobj(fi, fo)
-                except OSError as exc:
-                    self.log_error(f"cannot write tensor file {os.path.basename(dst)}: {exc}",
-                                   os.path.dirname(os.path.dirname(dst)))
+    def _on_open(self, ev: Open, lines: List[bytes]) -> bool:
+        if self.stopped:
             return False
-        st = self._state
+        self._write_journal(lines)
+        self._finish_step()
+        st = self._step = _OpenStep(ev.directory, ev.header, ev.kind)
+        try:
+            files.makedirs(ev.directory, ev.header.get("_root"))
+            st.journal = files.open_append(os.path.join(ev.directory, paths.JOURNAL))
+            st.journal.write(journal.open_line(ev.header, ev.kind))
+            self._write_documents()  # msprobe writes empty files at the first start() of a step
+        except OSError as exc:
+            self._dir_failed(ev.directory, exc)
+        return False
+
+    def _on_flush(self, ev: Flush, lines: List[bytes]) -> bool:
+        self._write_journal(lines)
+        self._write_documents()
+        ev.done.set()
+        return False
+
+    def _on_close(self, ev: Close, lines: List[bytes]) -> bool:
+        self._write_journal(lines)
+        self._finish_step()
+        ev.done.set()
+        return True
+
+    def _on_tensor(self, ev: TensorFile, lines: List[bytes]) -> bool:
+        try:
+            if not self.stopped and (self._step is None or self._step.directory not in self._failed_dirs):
+                if self._step is not None:
+                    files.check_no_symlink(self._step.directory, os.path.dirname(ev.path))
+                self._save_tensor(ev.tensor, ev.path)
+        except Exception as exc:
+            self.log_error(f"cannot write tensor file {os.path.basename(ev.path)}: {exc}",
+                           os.path.dirname(os.path.dirname(ev.path)))
+        finally:
+            with self._cv:
+                self._pending -= ev.nbytes
+                self._cv.notify_all()
+        return False
+
+    def _on_link(self, ev: Link, lines: List[bytes]) -> bool:
+        if self.stopped or (self._step is not None and self._step.directory in self._failed_dirs):
+            return False
+        try:
+            if self._step is not None:
+                files.check_no_symlink(self._step.directory, os.path.dirname(ev.dst))
+            try:
+                os.link(ev.src, ev.dst, follow_symlinks=False)
+            except FileExistsError:
+                os.unlink(ev.dst)
+                os.link(ev.src, ev.dst, follow_symlinks=False)
+        except OSError:
+            try:
+                with open(ev.src, "rb") as fi, files.atomic_file(ev.dst) as fo:
+                    shutil.copyfileobj(fi, fo)
+            except OSError as exc:
+                self.log_error(f"cannot write tensor file {os.path.basename(ev.dst)}: {exc}",
+                               os.path.dirname(os.path.dirname(ev.dst)))
+        return False
+
+    def _on_rename(self, ev: Rename, lines: List[bytes]) -> bool:
+        st = self._live()
+        if st is None or st.directory != ev.old or os.path.exists(ev.new):
+            return False
+        try:
+            files.makedirs(os.path.dirname(ev.new))
+            os.rename(ev.old, ev.new)
+            st.directory = ev.new
+            head = st.records.header
+            head["dump_data_dir"] = paths.tensor_dir(ev.new) if head.get("dump_data_dir") else None
+            st.records.dirty = True
+        except OSError as exc:
+            self.log_error(f"cannot rename {ev.old} to {ev.new}: {exc}")
+        return False
+
+    def _on_stack(self, ev: Stack, lines: List[bytes]) -> bool:
+        st = self._live()
         if st is None:
             return False
-        if op == "rename":
-            _, old, new, _unused = ev
-            if st.directory == old and not os.path.exists(new):
-                try:
-                    layout.makedirs(os.path.dirname(new))
-                    os.rename(old, new)
-                    st.directory = new
-                    st.header["dump_data_dir"] = (os.path.join(new, "dump_tensor_data")
-                                                  if st.header.get("dump_data_dir") else None)
-                    st.dirty = True
-                except OSError as exc:
-                    self.log_error(f"cannot rename {old} to {new}: {exc}")
+        known = self._stack_text.get(ev.frames)
+        if known is None:  # identical stacks are formatted and encoded once per process
+            if len(self._stack_text) > 50_000:
+                self._stack_text.clear()
+            text = format_stack(ev.frames)
+            known = self._stack_text[ev.frames] = (tuple(text), encode(text))
+        text, encoded = known
+        pos = st.records.add_stack(ev.key, text)
+        if st.journal is not None:  # a repeated stack is journaled by reference: stacks are most of the bytes
+            lines.append(journal.stack_line(ev.key, encoded) if pos is None else journal.stackref_line(ev.key, pos))
+        return False
+
+    def _on_construct(self, ev: Construct, lines: List[bytes]) -> bool:
+        st = self._live()
+        if st is None:
             return False
-        _, key, value, pending = ev
-        if op == "stack":
-            known = self._stack_text.get(value)
-            if known is None:  # identical stacks are formatted and encoded once per process
-                if len(self._stack_text) > 50_000:
-                    self._stack_text.clear()
-                text = format_stack(value)
-                known = self._stack_text[value] = (tuple(text), _encode(text))
-            text, encoded = known
-            st.dirty = True
-            pos = st.add_stack(key, text)
-            if pos is None:
-                line = f'{{"op": "stack", "k": {_key(key)}, "v": {encoded}}}\n'
-            else:  # a repeated stack is journaled by reference: stacks are most of a record's bytes
-                line = f'{{"op": "stackref", "k": {_key(key)}, "v": {pos}}}\n'
-            if st.journal is not None:
-                lines.append(line.encode("ascii", "backslashreplace"))
-            return False
-        if pending:
-            if self._overflow_left is not None and op in ("set", "move", "update"):
-                if not _has_nonfinite(value):
-                    return False
-                if self._overflow_left == 0:
-                    return False
-                if op != "update" and key not in st.enc:
-                    self._overflow_left -= 1
-        elif self._overflow_left is not None and op in ("set", "move", "update"):
-            return False
-        encoded = _encode(value)
-        st.apply(op, key, value, encoded)
+        st.records.add_construct(ev.key, ev.parent)
         if st.journal is not None:
-            lines.append(f'{{"op": "{op}", "k": {_key(key)}, "v": {encoded}}}\n'.encode("ascii",
-                                                                                            "backslashreplace"))
+            lines.append(journal.construct_line(ev.key, ev.parent))
+        return False
+
+    def _on_record(self, ev: Record, lines: List[bytes]) -> bool:
+        st = self._live()
+        if st is None:
+            return False
+        if self._overflow_left is not None:
+            return self._overflow(st, ev.key, ev.body, lines)
+        encoded = encode(ev.body)
+        st.records.set(ev.key, encoded)
+        if st.journal is not None:
+            lines.append(journal.record_line("set", ev.key, encoded))
+        return False
+
+    def _on_merge(self, ev: Merge, lines: List[bytes]) -> bool:
+        st = self._live()
+        if st is None:
+            return False
+        if self._overflow_left is not None and ev.key not in st.records:
+            return self._overflow(st, ev.key, ev.members, lines, merge=True)
+        members = {k: encode(v) for k, v in ev.members.items()}
+        st.records.merge(ev.key, members, move=ev.move)
+        if st.journal is not None:
+            lines.append(journal.record_line("move" if ev.move else "merge", ev.key, join_members(members)))
+        return False
+
+    def _overflow(self, st: _OpenStep, key: str, body: Any, lines: List[bytes], merge: bool = False) -> bool:
+        """overflow_check: a record is written once it holds a non-finite statistic, up to overflow_nums
+        records; until then its parts are held (a module's inputs wait for its outputs)."""
+        if merge:
+            body = {**st.held.pop(key, {}), **body}
+        if self._overflow_left == 0 or not has_nonfinite(body):
+            if isinstance(body, dict):
+                st.held[key] = body
+            return False
+        self._overflow_left -= 1
+        encoded = encode(body)
+        st.records.set(key, encoded)
+        if st.journal is not None:
+            lines.append(journal.record_line("set", key, encoded))
         return False
 
     def _write_journal(self, lines: List[bytes]) -> None:
-        st = self._state
-        if not lines or st is None or st.journal is None:
-            return
-        try:
-            st.journal.write(b"".join(lines))
-        except OSError as exc:
-            self._dir_failed(st.directory, exc)
+        st = self._step
+        if lines and st is not None and st.journal is not None:
+            try:
+                st.journal.write(b"".join(lines))
+            except OSError as exc:
+                self._dir_failed(st.directory, exc)
         lines.clear()
 
     def _write_documents(self) -> None:
-        st = self._state
-        if st is None or not st.dirty or st.directory in self._failed_dirs:
+        st = self._step
+        if st is None or not st.records.dirty or st.directory in self._failed_dirs:
             return
         try:
-            for name, doc in st.documents().items():
-                if name in ("stack.json", "construct.json") and not doc and os.path.exists(
-                        os.path.join(st.directory, name)):
+            for name, data in st.records.documents().items():
+                if st.records.is_empty(name) and os.path.exists(os.path.join(st.directory, name)):
                     continue
-                data = doc if isinstance(doc, bytes) else layout.dumps_json(doc)
-                layout.write_atomic(os.path.join(st.directory, name), data)
-            st.dirty = False
+                files.write_atomic(os.path.join(st.directory, name), data)
+            st.records.dirty = False
         except OSError as exc:
             self._dir_failed(st.directory, exc)
 
     def _finish_step(self) -> None:
-        st = self._state
+        st = self._step
         if st is None:
             return
         self._write_documents()
         if st.journal is not None:
             try:
-                st.journal.write(b'{"op": "end"}\n')
+                st.journal.write(journal.END_LINE)
                 st.journal.close()
             except OSError:
                 pass
-        step = st.header.get("_step")
+        step = st.records.header.get("_step")
         if isinstance(step, int) and step not in self.steps_written:
             self.steps_written.append(step)
-        self._state = None
+        self._step = None
 
     def _dir_failed(self, directory: str, exc: OSError) -> None:
         if directory in self._failed_dirs or self.stopped:
@@ -524,53 +524,3 @@ class DumpWriter:
 
 
 _FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
-
-
-def _has_nonfinite(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            for k in ("Max", "Min", "Mean", "Norm"):
-                x = v.get(k)
-                if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
-                    return True
-            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
-
-
-def recover(rank_dir: str) -> Dict[str, Any]:
-    """Rebuild the json files of a rank directory from its journal (after a crash).
-
-    Returns {"records": n, "complete": bool}. A step whose journal lacks the end marker is
-    marked incomplete in dump.json ("incomplete": true) so readers can tell.
-    """
-    path = os.path.join(rank_dir, JOURNAL)
-    st: Optional[StepState] = None
-    complete = False
-    n = 0
-    with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                ev = json.loads(raw)
-            except ValueError:
-                break  # torn last line
-            op = ev.get("op")
-            if op == "open":
-                head = dict(ev["v"])
-                kind = head.pop("_kind", "dump")
-                st = StepState(rank_dir, head, kind)
-            elif op == "end":
-                complete = True
-            elif st is not None:
-                st.apply(op, ev.get("k"), ev.get("v"))
-                n += 1
-    if st is None:
-        return {"records": 0, "complete": False}
-    if not complete:
-        st.header["incomplete"] = True
-    for name, doc in st.documents().items():
-        layout.write_atomic(os.path.join(rank_dir, name), doc if isinstance(doc, bytes) else layout.dumps_json(doc))
-    return {"records": n, "complete": complete}

@@ -21,6 +21,7 @@ import typer
 
 from msprobe_inject import config as dump_config
 from msprobe_inject import envvars
+from msprobe_inject.dumpformat import paths
 
 LAUNCH = "Launch options (torchrun; torchrun's spellings and defaults)"
 MSRUN = "msrun options (with --engine msrun)"
@@ -320,14 +321,13 @@ def build_plan(params: Dict[str, Any], wrap: bool = False) -> LaunchPlan:
     return plan
 
 
-_DUMP_ENTRY = re.compile(r"^(step\d+|attempt\d+|duplicate_rank.*|msprobe_manifest\.json|\.msprobe)$")
 
 
 def earlier_dump_data(dump_path: str, run_id: str) -> List[str]:
     """Entries of dump_path written by another job. Data of this job (another node already running,
     same run id in the manifest) does not count."""
     try:
-        entries = sorted(e for e in os.listdir(dump_path) if _DUMP_ENTRY.match(e))
+        entries = sorted(e for e in os.listdir(dump_path) if paths.DUMP_ENTRY.match(e))
     except OSError:
         return []
     if not entries:
@@ -448,7 +448,7 @@ def execute(plan: LaunchPlan) -> int:
         code = _run_command(plan.argv)
     if plan.dumping and plan.dump_path and os.path.isdir(plan.dump_path):
         try:
-            from msprobe_inject.recover import recover_tree
+            from msprobe_inject.dumpformat.journal import recover_tree
 
             for d, res in recover_tree(plan.dump_path):
                 sys.stderr.write(f"[msprobe-launch] recovered {res.get('records', 0)} records of a rank that "

@@ -406,7 +406,8 @@ def test_rank_killed_mid_step_is_recovered_by_the_launcher(tmp_path):
 
 def test_journal_alone_rebuilds_the_step(tmp_path):
     """What the writer journaled (repeated stacks by reference, merged updates) rebuilds the same files."""
-    from msprobe_inject.writer import DumpWriter, capture_stack, recover
+    from msprobe_inject.dumpformat.journal import recover
+    from msprobe_inject.writer import Construct, DumpWriter, Merge, Record, Stack, capture_stack
 
     d = str(tmp_path / "step0" / "rank0")
     w = DumpWriter(lambda pending: None, lambda t, p: None)
@@ -416,11 +417,12 @@ def test_journal_alone_rebuilds_the_step(tmp_path):
     for i in range(3):
         for api, site in sites.items():
             key = f"Functional.{api}.{i}.forward"
-            w.put("set", key, {"input_args": [{"type": "int", "value": i}], "input_kwargs": {}})
-            w.put_stack(key, site())
-    w.put("update", "Module.fc.Linear.parameters_grad.0", {"weight": [{"type": "float", "value": 1.5}]})
-    w.put("update", "Module.fc.Linear.parameters_grad.0", {"bias": [{"type": "float", "value": float("nan")}]})
-    w.put_construct("Functional.linear.0.forward", None)
+            w.send(Record(key, {"input_args": [{"type": "int", "value": i}], "input_kwargs": {}}, None))
+            w.send(Stack(key, site()))
+    w.send(Merge("Module.fc.Linear.parameters_grad.0", {"weight": [{"type": "float", "value": 1.5}]}, None, False))
+    w.send(Merge("Module.fc.Linear.parameters_grad.0", {"bias": [{"type": "float", "value": float("nan")}]}, None,
+                 False))
+    w.send(Construct("Functional.linear.0.forward", None))
     w.close()
     written = {n: open(os.path.join(d, n)).read() for n in ("dump.json", "stack.json", "construct.json")}
     journal = open(os.path.join(d, "dump.journal")).read()

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from msprobe_inject import layout
+from msprobe_inject.dumpformat import files
 from msprobe_inject.pytorch import encode, ptfile
 
 
@@ -51,7 +51,7 @@ def test_staged_file_is_torch_save_bytes(tmp_path, name):
     t = _cases()[name]
     staged = ptfile.stage(t)
     assert staged is not None
-    if staged.size >= layout.DIRECT_MIN:
+    if staged.size >= files.DIRECT_MIN:
         assert staged.buf.data_ptr() % ptfile.ALIGN == 0 and staged.buf.numel() % ptfile.ALIGN == 0
     assert staged.nbytes >= staged.buf.numel() >= staged.size
     path = str(tmp_path / "x.pt")
@@ -78,7 +78,7 @@ def test_page_cache_path_writes_the_same_file(tmp_path, monkeypatch):
     t = torch.randn(512, 1024)  # 2 MiB
     staged = ptfile.stage(t)
     ptfile.write(staged, str(tmp_path / "direct.pt"))
-    monkeypatch.setattr(layout, "_O_DIRECT", 0)
+    monkeypatch.setattr(files, "_O_DIRECT", 0)
     ptfile.write(staged, str(tmp_path / "buffered.pt"))
     assert open(tmp_path / "direct.pt", "rb").read() == open(tmp_path / "buffered.pt", "rb").read()
     assert os.path.getsize(tmp_path / "direct.pt") == staged.size

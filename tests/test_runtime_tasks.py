@@ -275,7 +275,7 @@ os.kill(os.getpid(), signal.SIGKILL)
     proc = run_py(code, str(tmp_path), check=False)
     assert proc.returncode == -9
     rd = rank_dir(str(tmp_path / "d"))
-    from msprobe_inject.writer import recover
+    from msprobe_inject.dumpformat.journal import recover
 
     res = recover(rd)
     assert res["records"] > 0 and res["complete"] is False

@@ -18,7 +18,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint
 
-from .. import layout
+from ..dumpformat import files
 
 MAX_DEPTH = 400
 # Bound before any API wrapper is installed: statistics never go through our own wrappers.
@@ -126,7 +126,7 @@ def save_npy(tensor: Any, path: str) -> None:
     arr = host_array(tensor) if isinstance(tensor, ms.Tensor) else np.asarray(tensor)
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
-    layout.write_atomic(path, buf.getvalue())
+    files.write_atomic(path, buf.getvalue())
 
 
 def snapshot(t: ms.Tensor) -> ms.Tensor:
@@ -236,7 +236,7 @@ class Encoder:
         if values is not None:
             pending.append((entry, values, kind))
         if file_name is not None:
-            fname = layout.safe_component(file_name)
+            fname = files.safe_component(file_name)
             snap = snapshot(t)
             entry["data_name"] = fname
             self._writer.save_tensor(f"{self._tensor_dir()}/{fname}", snap, int(t.size) * _itemsize(t))

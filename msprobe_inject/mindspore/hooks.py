@@ -24,7 +24,7 @@ from mindspore import nn, ops
 from .. import values
 from ..config import DumpConfig
 from ..session import Session, rank_from_env
-from ..writer import capture_stack
+from ..writer import Construct, Merge, Record, Stack, capture_stack
 from . import apis, encode
 from .apis import tls
 
@@ -298,7 +298,7 @@ class Runtime:
             s.finish_api(base)
             if self.construct and self.level == "mix":
                 s.ensure_open()
-                s.writer.put_construct(fkey, stack[-1] if stack else None)  # msprobe places filtered APIs too
+                s.writer.send(Construct(fkey, stack[-1] if stack else None))  # msprobe places filtered APIs too
             return out
         body: Dict[str, Any] = {}
         pending = encode.Pending()
@@ -311,7 +311,7 @@ class Runtime:
                 body["input_args"] = self.encoder.encode(list(args), pending, f"{fkey}.input" if files else None)
                 body["input_kwargs"] = self.encoder.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
             if self.fwd and self.extra:
-                s.writer.put_stack(fkey, capture_stack(2))
+                s.writer.send(Stack(fkey, capture_stack(2)))
             if grad:
                 bstate = {"key": bkey, "set": False, "in": None, "out": None}
                 if not apis.is_inplace(api):
@@ -328,7 +328,7 @@ class Runtime:
             s.finish_api(base)
             if self.fwd:
                 s.ensure_open()
-                s.writer.put("set", fkey, body, pending)  # msprobe keeps the inputs of a call that raised
+                s.writer.send(Record(fkey, body, pending))  # msprobe keeps the inputs of a call that raised
             raise
         tls.in_api = False
         s.finish_api(base)
@@ -345,10 +345,10 @@ class Runtime:
                 body["output"] = self.encoder.encode(value, pending, f"{fkey}.output" if files else None)
             if self.fwd:
                 s.ensure_open()
-                s.writer.put("set", fkey, body, pending)
+                s.writer.send(Record(fkey, body, pending))
             if self.construct:
                 s.ensure_open()
-                s.writer.put_construct(fkey, stack[-1] if stack else None)
+                s.writer.send(Construct(fkey, stack[-1] if stack else None))
             s.filters.finished(fkey)
             if bstate is not None and not apis.is_inplace(api):
                 out = self._hook_outputs(out, bstate)
@@ -476,10 +476,10 @@ class Runtime:
             bstate["set"] = True
             if self.construct:
                 st = tls.stack
-                s.writer.put_construct(bkey, st[-1] if st else None)
-            s.writer.put("set", bkey, body, pending)
+                s.writer.send(Construct(bkey, st[-1] if st else None))
+            s.writer.send(Record(bkey, body, pending))
         else:
-            s.writer.put("update", bkey, body, pending)
+            s.writer.send(Merge(bkey, body, pending, False))
 
     # ---------------------------------------------------------------- cells
     def _cell_pre(self, cell, args, kwargs):
@@ -500,7 +500,7 @@ class Runtime:
             stack.append(fkey)
             s.ensure_open()
             if self.construct:
-                s.writer.put_construct(fkey, parent)
+                s.writer.send(Construct(fkey, parent))
             body: Dict[str, Any] = {}
             tls.busy = True
             try:
@@ -512,9 +512,9 @@ class Runtime:
                                                                  f"{fkey}.input" if files else None)
                         body["input_kwargs"] = self.encoder.encode(dict(kwargs or {}), pending,
                                                                    f"{fkey}.kwargs" if files else None)
-                        s.writer.put("set", fkey, dict(body), pending)
+                        s.writer.send(Merge(fkey, dict(body), pending, False))
                     if self.extra:
-                        s.writer.put_stack(fkey, capture_stack(2))
+                        s.writer.send(Stack(fkey, capture_stack(2)))
             finally:
                 tls.busy = False
             frames.append((fkey, prefix, idx, keep, body))
@@ -553,7 +553,7 @@ class Runtime:
                         body["parameters"] = {
                             n: self.encoder.tensor(p, pending, f"{fkey}.parameters.{n}.npy" if files else None)
                             for n, p in self._own_params(cell).items()}
-                    s.writer.put("move" if self.outp else "update", fkey, body, pending)
+                    s.writer.send(Merge(fkey, body, pending, self.outp))
                 if self.bwd and requires_grad():
                     self._param_grad_hooks(cell, prefix)
                     self.bw_keys.setdefault(cell, []).append(f"{prefix}backward.{idx}")
@@ -578,7 +578,7 @@ class Runtime:
             bkey = keys[-1]
             stack = tls.stack
             if self.construct and self.session.running:
-                self.session.writer.put_construct(bkey, stack[-1] if stack else None)
+                self.session.writer.send(Construct(bkey, stack[-1] if stack else None))
             stack.append(bkey)
         except Exception as exc:
             self.writer.log_error(f"cell backward pre-hook failed: {type(exc).__name__}: {exc}")
@@ -611,7 +611,7 @@ class Runtime:
                 if self.outp:
                     body["output"] = enc.encode(list(grad_input or ()), pending, f"{bkey}.output" if files else None)
                 s.ensure_open()
-                s.writer.put("set", bkey, body, pending)
+                s.writer.send(Record(bkey, body, pending))
             finally:
                 tls.busy = False
         except Exception as exc:
@@ -651,7 +651,7 @@ class Runtime:
                 entry = self.encoder.tensor(grad, pending, f"{key}.{pname}.npy" if files else None) \
                     if isinstance(grad, ms.Tensor) else None
                 s.ensure_open()
-                s.writer.put("update", key, {pname: [entry]}, pending)
+                s.writer.send(Merge(key, {pname: [entry]}, pending, False))
             except Exception as exc:
                 self.writer.log_error(f"{mkey}.parameters_grad: capture failed: {type(exc).__name__}: {exc}")
             finally:
@@ -678,7 +678,7 @@ class Runtime:
             key = f"{name}.{count}.debug"
             files = self.cfg.task == "tensor"
             pending = encode.Pending()
-            s.writer.put("set", key, self.encoder.encode(variable, pending, key if files else None), pending)
+            s.writer.send(Record(key, self.encoder.encode(variable, pending, key if files else None), pending))
             if save_backward:
                 self._save_grad(variable, f"{name}_grad.{count}.debug", files)
         except Exception as exc:
@@ -689,7 +689,7 @@ class Runtime:
     def _save_grad(self, variable: Any, gkey: str, files: bool) -> None:
         holder = {"v": values.null_shape(variable)}
         s = self.session
-        s.writer.put("set", gkey, values.null_shape(variable), None)
+        s.writer.send(Record(gkey, values.null_shape(variable), None))
         if not requires_grad():
             return
 
@@ -703,7 +703,7 @@ class Runtime:
                     fname = ".".join([gkey, *map(str, path)]) + ".npy" if files else None
                     entry = self.encoder.tensor(grad, pending, fname)
                     holder["v"] = values.put_at(holder["v"], path, entry)
-                    s.writer.put("set", gkey, values.copy_shape(holder["v"], "mindspore.Tensor"), pending)
+                    s.writer.send(Record(gkey, values.copy_shape(holder["v"], "mindspore.Tensor"), pending))
                 except Exception as exc:
                     self.writer.log_error(f"save(): gradient capture for {gkey} failed: {exc}")
                 finally:

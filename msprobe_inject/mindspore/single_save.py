@@ -18,7 +18,7 @@ from typing import Any
 import mindspore as ms
 from mindspore import ops
 
-from .. import layout
+from ..dumpformat import files
 from . import encode
 
 _state = {"step": 0, "count": 0}
@@ -44,8 +44,8 @@ def _write(save_dir: str, name: str, tensor: ms.Tensor) -> None:
     try:
         arr = encode.host_array(tensor)
         d = os.path.join(save_dir, f"step{_state['step']}", f"rank{_rank()}")
-        layout.makedirs(d)
-        fname = layout.safe_component(f"{name}_{arr.dtype.name}_{_next_count()}") + ".npy"
+        files.makedirs(d)
+        fname = files.safe_component(f"{name}_{arr.dtype.name}_{_next_count()}") + ".npy"
         encode.save_npy(arr, os.path.join(d, fname))
     except Exception as exc:
         warnings.warn(f"[msprobe-launch] save('{name}') failed: {type(exc).__name__}: {exc}", RuntimeWarning,

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from .. import layout
+from ..dumpformat import files
 from . import ptfile
 
 MAX_DEPTH = 400
@@ -359,7 +359,7 @@ def save_pt(tensor: torch.Tensor, path: str) -> None:
     if type(tensor) is ptfile.Staged:
         ptfile.write(tensor, path)
         return
-    with layout.atomic_file(path) as fh:
+    with files.atomic_file(path) as fh:
         torch.save(tensor, fh, _use_new_zipfile_serialization=tensor.dtype not in ptfile.LEGACY_DTYPES)
 
 
@@ -531,7 +531,7 @@ class Encoder:
             pending.append((entry, stat, kind))
         saved = None
         if file_name is not None and not t.is_meta:
-            fname = layout.safe_component(file_name)
+            fname = files.safe_component(file_name)
             saved = f"{self._tensor_dir()}/{fname}"
             entry["data_name"] = fname
             if cached is not None and len(cached) > 4 and cached[4] is not None:

@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 from .. import values
 from ..config import DumpConfig
 from ..session import Session
-from ..writer import capture_stack
+from ..writer import Construct, Merge, Record, Stack, capture_stack
 from . import apis, encode
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
@@ -432,7 +432,7 @@ class Runtime:
                 quiet = _quiet()
                 try:
                     s.ensure_open()
-                    s.writer.put_construct(fkey, self._api_parent(stack))
+                    s.writer.send(Construct(fkey, self._api_parent(stack)))
                     self._register_api_backward(out, f"{base}{idx}.backward", prefix, api, args, kwargs, False)
                 except Exception as exc:
                     self.writer.log_error(f"{fkey}: construct capture failed: {exc}")
@@ -479,7 +479,7 @@ class Runtime:
         body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
         body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None)
         if self.extra:
-            self.writer.put_stack(fkey, capture_stack(2))
+            self.writer.send(Stack(fkey, capture_stack(2)))
 
     def _api_outputs(self, fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack):
         s = self.session
@@ -497,9 +497,9 @@ class Runtime:
             body["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
         if self.fwd:
             s.ensure_open()
-            s.writer.put("set", fkey, body, pending)
+            s.writer.send(Record(fkey, body, pending))
         if self.construct:
-            s.writer.put_construct(fkey, self._api_parent(stack))
+            s.writer.send(Construct(fkey, self._api_parent(stack)))
         s.filters.finished(fkey)
         if self.bwd and prefix != "Distributed":
             self._register_api_backward(out, f"{base}{idx}.backward", prefix, api, args, kwargs, True)
@@ -528,7 +528,7 @@ class Runtime:
                 if self.construct:
                     st = _stack()
                     s.ensure_open()
-                    s.writer.put_construct(bkey, st[-1] if st else None)
+                    s.writer.send(Construct(bkey, st[-1] if st else None))
                 if not record or (s.filters.active and not s.filters.keep(bkey, [])):
                     return None
                 self._backward_record(bkey, grad_outputs, grad_inputs)
@@ -550,7 +550,7 @@ class Runtime:
         if self.outp:
             body["output"] = enc.encode(list(grad_out), pending, f"{bkey}.output" if files else None)
         self.session.ensure_open()
-        self.writer.put("set", bkey, body, pending)
+        self.writer.send(Record(bkey, body, pending))
 
     def call_custom(self, func, prefix: str, api: str, args, kwargs):
         """register_custom_api's wrapper body."""
@@ -601,7 +601,7 @@ class Runtime:
         stack.append(fkey)
         s.ensure_open()
         if self.construct:
-            s.writer.put_construct(fkey, parent)
+            s.writer.send(Construct(fkey, parent))
         body: Dict[str, Any] = {}
         pending = encode.Pending()
         quiet = _quiet()
@@ -611,10 +611,10 @@ class Runtime:
                     files = self.encoder.wants_files(fkey)
                     body["input_args"] = self.encoder.encode(list(args), pending, f"{fkey}.input" if files else None)
                     body["input_kwargs"] = {}
-                    s.writer.put("set", fkey, dict(body), pending)
+                    s.writer.send(Merge(fkey, dict(body), pending, False))
                     pending = encode.Pending()
                 if self.extra:
-                    s.writer.put_stack(fkey, capture_stack(2))
+                    s.writer.send(Stack(fkey, capture_stack(2)))
         finally:
             _loud(quiet)
         new_args = None
@@ -675,7 +675,7 @@ class Runtime:
                         params = {n: p for n, p in module.named_parameters(recurse=False)}
                         body["parameters"] = {n: self.encoder.tensor(p, pending, f"{fkey}.parameters.{n}.pt"
                                                                       if files else None) for n, p in params.items()}
-                    s.writer.put("move" if self.outp else "update", fkey, body, pending)
+                    s.writer.send(Merge(fkey, body, pending, self.outp))
                 if self.bwd:
                     self._param_grad_hooks(module, fkey)
                 s.filters.finished(fkey)
@@ -699,7 +699,7 @@ class Runtime:
                 return None
             stack = _stack()
             if self.construct and self.session.running:
-                self.session.writer.put_construct(bkey, stack[-1] if stack else None)
+                self.session.writer.send(Construct(bkey, stack[-1] if stack else None))
             stack.append(bkey)
             return None
 
@@ -770,7 +770,7 @@ class Runtime:
                 entry = self.encoder.encode(grad, pending, None) if not isinstance(grad, torch.Tensor) else \
                     self.encoder.tensor(grad, pending, f"{key}.{pname}.pt" if files else None)
                 s.ensure_open()
-                s.writer.put("update", key, {pname: [entry]}, pending)
+                s.writer.send(Merge(key, {pname: [entry]}, pending, False))
             except Exception as exc:
                 self.writer.log_error(f"{mkey}.parameters_grad: capture failed: {type(exc).__name__}: {exc}")
             finally:
@@ -800,7 +800,7 @@ class Runtime:
     def _opt_pre(self, optimizer, args, kwargs):
         self.optimizer_running = True
         if self.construct and self.level == "mix" and self.session.running:
-            self.session.writer.put_construct("optimizer", None)
+            self.session.writer.send(Construct("optimizer", None))
 
     def _opt_post(self, optimizer, args, kwargs):
         self.optimizer_running = False
@@ -831,7 +831,7 @@ class Runtime:
             files = self.cfg.task == "tensor"
             pending = encode.Pending()
             value = self.encoder.encode(variable, pending, key if files else None)
-            s.writer.put("set", key, value, pending)
+            s.writer.send(Record(key, value, pending))
             if save_backward:
                 self._save_grad(variable, f"{name}_grad.{count}.debug", files)
         except Exception as exc:
@@ -842,7 +842,7 @@ class Runtime:
     def _save_grad(self, variable, gkey: str, files: bool) -> None:
         holder = {"v": values.null_shape(variable)}
         s = self.session
-        s.writer.put("set", gkey, holder["v"], None)
+        s.writer.send(Record(gkey, holder["v"], None))
         lock = threading.Lock()
 
         def attach(t, path):
@@ -856,7 +856,7 @@ class Runtime:
                     entry = self.encoder.tensor(grad, pending, fname)
                     with lock:
                         holder["v"] = values.put_at(holder["v"], path, entry)
-                        s.writer.put("set", gkey, values.copy_shape(holder["v"], "torch.Tensor"), pending)
+                        s.writer.send(Record(gkey, values.copy_shape(holder["v"], "torch.Tensor"), pending))
                 except Exception as exc:
                     self.writer.log_error(f"save(): gradient capture for {gkey} failed: {exc}")
                 finally:

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from .. import layout
+from ..dumpformat import files
 
 ALIGN = 4096
 _KEY = "0"
@@ -108,7 +108,7 @@ def stage(t: torch.Tensor) -> Optional[Staged]:
         return None
     h = hdr.numel()
     size = h + t.numel() * t.element_size()
-    if size >= layout.DIRECT_MIN:  # O_DIRECT: whole pages from a page boundary
+    if size >= files.DIRECT_MIN:  # O_DIRECT: whole pages from a page boundary
         padded = -(-size // ALIGN) * ALIGN
         raw = torch.empty(padded + ALIGN, dtype=torch.uint8, device="cpu")
         start = -raw.data_ptr() % ALIGN
@@ -129,4 +129,4 @@ def stage(t: torch.Tensor) -> Optional[Staged]:
 
 
 def write(staged: Staged, path: str) -> None:
-    layout.write_atomic(path, staged.buf.numpy(), staged.size, direct=True)
+    files.write_atomic(path, staged.buf.numpy(), staged.size, direct=True)

@@ -12,7 +12,7 @@ import traceback
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .. import layout
+from ..dumpformat import files
 
 _RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
            "multinomial", "poisson", "uniform_", "normal_", "bernoulli_", "random_", "exponential_", "geometric_",
@@ -47,13 +47,13 @@ class _Log:
         w = csv.writer(buf)
         w.writerow(["api_name", "stack"])
         w.writerows(self.rows)
-        layout.write_atomic(self.path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
+        files.write_atomic(self.path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
 
 
 def install(output_path: str) -> None:
     import atexit
 
-    layout.makedirs(output_path)
+    files.makedirs(output_path)
     try:
         import torch.distributed as dist
 

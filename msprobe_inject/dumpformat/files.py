@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 from typing import Any, Optional
@@ -36,14 +35,6 @@ def safe_component(name: str) -> str:
 
         out = f"{out[:_MAX_NAME - 9]}~{zlib.crc32(out.encode()):08x}"
     return out
-
-
-def step_dir(root: str, step: int) -> str:
-    return os.path.join(root, f"step{step}")
-
-
-def rank_dir_name(rank: Optional[int], pid: int) -> str:
-    return f"rank{rank}" if rank is not None else f"proc{pid}"
 
 
 def makedirs(path: str, root: Optional[str] = None) -> None:
@@ -164,11 +155,6 @@ def write_atomic(path: str, data: Any, size: Optional[int] = None, direct: bool 
             os.close(fd)
         _unlink_quietly(tmp)
         raise
-
-
-def dumps_json(obj: Any) -> bytes:
-    # msprobe's own formatting: indent=1, NaN/Infinity tokens, ASCII.
-    return json.dumps(obj, indent=1).encode("ascii")
 
 
 def within(root: str, path: str) -> bool:

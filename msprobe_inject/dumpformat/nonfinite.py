@@ -1,0 +1,55 @@
+"""The one test for a NaN/Inf statistic, over a record's tensor entries.
+
+A statistic is non-finite when it is a NaN or an infinite float, or a string that spells one (msprobe writes
+bare ``NaN``/``Infinity`` tokens, which JSON readers decode to floats; older dumps quote ``"nan"``/``"inf"``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Tuple
+
+STATS = ("Max", "Min", "Mean", "Norm")
+_NONFINITE_TEXT = frozenset(("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"))
+# substrings of any JSON text that may decode to a non-finite statistic: a record whose text has none of
+# them needs no tree walk (str.find is far cheaper than decoding)
+SUSPECT_TEXT = ("NaN", "Inf", "nan", "inf")
+
+
+def is_nonfinite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isnan(value) or math.isinf(value)
+    if isinstance(value, str):
+        return value.strip().lower() in _NONFINITE_TEXT
+    return False
+
+
+def has_nonfinite(value: Any) -> bool:
+    """True if any tensor entry below ``value`` has a non-finite Max, Min, Mean or Norm."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k in STATS:
+                if is_nonfinite(v.get(k)):
+                    return True
+            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def nonfinite_leaves(value: Any, prefix: str = "") -> List[Tuple[str, str, Any]]:
+    """(leaf path, statistic, value) of every non-finite statistic below ``value``: ("input_args.0", "Max", nan)."""
+    out: List[Tuple[str, str, Any]] = []
+    if isinstance(value, dict):
+        for stat in STATS:
+            if is_nonfinite(value.get(stat)):
+                out.append((prefix, stat, value.get(stat)))
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                out.extend(nonfinite_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.extend(nonfinite_leaves(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out

@@ -1,0 +1,90 @@
+"""Every name of a dump on disk, built and parsed here and nowhere else.
+
+``DUMP_PATH/[attempt{k}/][duplicate_{rank}_{host}_{pid}/]step{N}/{rank{R}|proc{pid}}/`` holds
+``dump.json`` (``debug.json`` at level debug), ``stack.json``, ``construct.json``, ``dump.journal``,
+``dump_error_info.log`` and ``dump_tensor_data/``. The dump path also holds the job's coordination
+files (``msprobe_manifest.json``, ``.msprobe/``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import NamedTuple, Optional
+
+DUMP_JSON = "dump.json"
+DEBUG_JSON = "debug.json"
+STACK_JSON = "stack.json"
+CONSTRUCT_JSON = "construct.json"
+JOURNAL = "dump.journal"
+ERROR_LOG = "dump_error_info.log"
+TENSOR_DIR = "dump_tensor_data"
+MANIFEST = "msprobe_manifest.json"
+META_DIR = ".msprobe"
+RECORD_FILES = (DUMP_JSON, DEBUG_JSON)  # the files that hold records
+JSON_FILES = (DUMP_JSON, STACK_JSON, CONSTRUCT_JSON)
+
+_STEP = re.compile(r"^step(\d+)$")
+_PROCESS = re.compile(r"^(?:rank(\d*)|proc(\d+))$")  # msprobe writes a bare "rank" without a rank too
+_ATTEMPT = re.compile(r"^attempt(\d+)(?:_[A-Za-z0-9_.-]+)?$")  # attempt{k}[_{host}_{pid}]
+DUPLICATE_PREFIX = "duplicate_"
+# what a dump path may hold from an earlier job: a launcher refuses to write over it without --overwrite
+DUMP_ENTRY = re.compile(rf"^(step\d+|attempt\d+|duplicate_rank.*|{re.escape(MANIFEST)}|{re.escape(META_DIR)})$")
+
+
+def step_dir_name(step: int) -> str:
+    return f"step{step}"
+
+
+def rank_dir_name(rank: Optional[int], pid: int) -> str:
+    """``rank{R}``, or ``proc{pid}`` for a process whose rank is not known (msprobe's names)."""
+    return f"rank{rank}" if rank is not None else f"proc{pid}"
+
+
+def attempt_dir_name(attempt: int) -> str:
+    return f"attempt{attempt}"
+
+
+def claim_key(rank: Optional[int], pid: int) -> str:
+    return rank_dir_name(rank, pid)
+
+
+def duplicate_dir_name(key: str, host: str, pid: int) -> str:
+    return f"{DUPLICATE_PREFIX}{key}_{host}_{pid}"
+
+
+def rank_dir(root: str, step: int, rank: Optional[int], pid: int) -> str:
+    return os.path.join(root, step_dir_name(step), rank_dir_name(rank, pid))
+
+
+def tensor_dir(rank_directory: str) -> str:
+    return os.path.join(rank_directory, TENSOR_DIR)
+
+
+def parse_step(name: str) -> Optional[int]:
+    """N of a ``step{N}`` directory name, else None."""
+    m = _STEP.match(name)
+    return int(m.group(1)) if m else None
+
+
+class Process(NamedTuple):
+    rank: Optional[int]  # None for proc{pid} and msprobe's bare "rank"
+    pid: Optional[int]
+
+
+def parse_process(name: str) -> Optional[Process]:
+    """The rank (or pid) of a ``rank{R}`` / ``proc{pid}`` / ``rank`` directory name, else None."""
+    m = _PROCESS.match(name)
+    if not m:
+        return None
+    return Process(int(m.group(1)) if m.group(1) else None, int(m.group(2)) if m.group(2) else None)
+
+
+def parse_attempt(name: str) -> Optional[int]:
+    """k of an ``attempt{k}`` (or ``attempt{k}_{host}_{pid}``) directory name, else None."""
+    m = _ATTEMPT.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_duplicate(name: str) -> bool:
+    return name.startswith(DUPLICATE_PREFIX)
