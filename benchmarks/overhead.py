@@ -4,7 +4,12 @@ Each configuration runs in its own process; configurations are interleaved over 
 the reported figure is the median step time over all measured steps of all rounds. Ratios are
 against "none". mindstudio-probe's configurations run too when it is installed.
 
-    python benchmarks/overhead.py [--rounds 3] [--steps 20] [--warmup 5] [--json out.json] [--only none,L1]
+    python benchmarks/overhead.py [--rounds 3] [--steps 20] [--warmup 5] [--json out.json] [--only "none;L1"]
+                                  [--baseline DIR]
+
+With ``--baseline DIR`` (a checkout of another revision, e.g. ``git worktree add DIR REV``, with the
+statistics kernel built or copied in), each of our configurations also runs with that checkout's
+code, interleaved with ours in the same rounds, as "NAME @base": a regression shows as a ratio to it.
 """
 
 from __future__ import annotations
@@ -92,9 +97,7 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
             times.append(t1 - t0)
     print("TIMES " + json.dumps(times), flush=True)
     if tool == "ours":
-        from msprobe_inject.pytorch.debugger import get_runtime
-
-        cache = get_runtime().encoder.cache
+        cache = debugger.runtime.encoder.cache
         total = warmup + steps
         print("CACHE " + json.dumps({"hits_per_step": cache.hits / total, "misses_per_step": cache.misses / total,
                                      "bytes_per_step": cache.bytes_reduced / total}), flush=True)
@@ -116,14 +119,21 @@ def bandwidth() -> float:
 CACHE: dict = {}
 
 
-def run_one(name: str, steps: int, warmup: int, tmp: str) -> list:
+BASE_SUFFIX = " @base"
+
+
+def run_one(name: str, steps: int, warmup: int, tmp: str, baseline: str = "") -> list:
+    root = ROOT
+    if name.endswith(BASE_SUFFIX):
+        root = baseline
+        name = name[: -len(BASE_SUFFIX)]
     tool, settings = CONFIGS[name]
     dump = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     wtool = tool
     if tool == "zero-code":
-        env["PYTHONPATH"] = os.path.join(ROOT, "msprobe_inject", "_boot") + os.pathsep + env["PYTHONPATH"]
+        env["PYTHONPATH"] = os.path.join(root, "msprobe_inject", "_boot") + os.pathsep + env["PYTHONPATH"]
         env["MSPROBE_DUMP_PATH"] = dump
         env["MSPROBE_LEVEL"] = settings["level"]
         wtool = "none"
@@ -141,11 +151,11 @@ def run_one(name: str, steps: int, warmup: int, tmp: str) -> list:
     for line in proc.stdout.splitlines():
         if line.startswith("TIMES "):
             times = json.loads(line[6:])
-        elif line.startswith("CACHE "):
+        elif line.startswith("CACHE ") and root == ROOT:
             CACHE[name] = json.loads(line[6:])
     if times is not None:
         return times
-    raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+    raise RuntimeError(f"{name} ({root}) failed:\n{proc.stderr[-3000:]}")
 
 
 def main() -> None:
@@ -155,6 +165,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", default=os.path.join(HERE, "overhead.json"))
     ap.add_argument("--only", default="", help="semicolon-separated configuration names")
+    ap.add_argument("--baseline", default="", help="a checkout of another revision to compare against, interleaved")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
@@ -175,13 +186,17 @@ def main() -> None:
     if a.only:
         wanted = [x.strip() for x in a.only.split(";")]
         names = [n for n in names if n in wanted or n == "none"]
+    if a.baseline:
+        a.baseline = os.path.abspath(a.baseline)
+        names = [m for n in names for m in ([n, n + BASE_SUFFIX] if CONFIGS[n][0] in ("ours", "zero-code", "loaded")
+                                           else [n])]
     samples: dict = {n: [] for n in names}
     tmp = tempfile.mkdtemp(prefix="msprobe_bench_")
     try:
         for r in range(a.rounds):
             for n in names:
-                samples[n].extend(run_one(n, a.steps, a.warmup, tmp))
-                if CONFIGS[n][1].get("task") == "tensor":
+                samples[n].extend(run_one(n, a.steps, a.warmup, tmp, a.baseline))
+                if CONFIGS[n.replace(BASE_SUFFIX, "")][1].get("task") == "tensor":
                     # discarded: the process after a tensor run was measured 10-20 % slow (no tool as
                     # much as ours) even after a sync; a throwaway run absorbs it
                     run_one("none", a.steps, a.warmup, tmp)
@@ -191,20 +206,23 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     base = statistics.median(samples["none"])
     result = {"step_ms_none": base * 1000, "configs": {}}
-    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}")
+    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}{'vs @base':>10}")
     for n in names:
         med = statistics.median(samples[n])
         ratio = med / base
         entry = {"median_ms": med * 1000, "ratio": ratio, "n": len(samples[n])}
         rel = ""
         pair = PAIRS.get(n)
+        if n + BASE_SUFFIX in samples:
+            entry["vs_base"] = med / statistics.median(samples[n + BASE_SUFFIX])
         if pair in samples:
             theirs = statistics.median(samples[pair]) / base
             if theirs > 1:
                 entry["overhead_vs_msprobe"] = (ratio - 1) / (theirs - 1)
                 rel = f"{entry['overhead_vs_msprobe']:.2f}"
         result["configs"][n] = entry
-        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}")
+        vs = f"{entry['vs_base']:.3f}" if "vs_base" in entry else ""
+        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}{vs:>10}")
     bw_out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "bandwidth"], capture_output=True,
                             text=True, timeout=600).stdout
     bw = float(bw_out.split()[-1])
