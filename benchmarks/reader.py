@@ -1,5 +1,5 @@
 """Time to summarise a large dump.json: writes a synthetic dump (default 1,000,000 records, ~0.8 GB) in
-msprobe's format (json.dump indent=1, bare NaN token) and times ``msprobe_launch.summary.summarize`` on it.
+msprobe's format (json.dump indent=1, bare NaN token) and times ``msprobe_readers.summary.summarize`` on it.
 
 The last-but-ten record holds the only NaN, so every record goes through the NaN check. The bound is 30 s
 for 1 M records (wall time; CPU time is printed too, as other jobs on the machine inflate the wall time).
@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--ranks", action="store_true", help="also time the cross-rank check's pass (one rank)")
     args = parser.parse_args()
 
-    from msprobe_launch import summary
+    from msprobe_readers import summary
 
     base = args.dir or tempfile.mkdtemp(prefix="msprobe_reader_bench_")
     rank_dir = os.path.join(base, "step0", "rank0")
@@ -87,7 +87,7 @@ def main() -> int:
               f"{size / 2 ** 20 / elapsed:.0f} MiB/s; CPU {cpu:.1f} s); first NaN: {rows[0].first_nan[1]}; bound 30 s: "
               f"{'OK' if elapsed < 30 else 'EXCEEDED'}")
         if args.ranks:
-            from msprobe_launch.ranks import RankChecker
+            from msprobe_readers.ranks import RankChecker
 
             checker = RankChecker()
             t0 = time.perf_counter()

@@ -42,7 +42,7 @@ msprobe-launch --max-restarts 1 --standalone --nproc-per-node 4 train.py
 msprobe-launch --engine msrun --worker_num 8 --local_worker_num 8 train_ms.py
 msprobe-launch --level mix -- deepspeed --num_gpus 8 train.py
 msprobe-launch --dump-path ./d -- python infer.py       # any command: plain python, srun, accelerate
-python -m msprobe_launch.summary ./msprobe_dump         # the summary table again
+python -m msprobe_readers.summary ./msprobe_dump        # the summary table again
 ```
 
 Without the launcher the same MSPROBE_* variables work:
@@ -462,7 +462,7 @@ def execute(plan: LaunchPlan) -> int:
         except Exception as exc:
             sys.stderr.write(f"[msprobe-launch] could not update the manifest: {exc}\n")
         try:
-            from msprobe_launch.summary import print_summary
+            from msprobe_readers.cli import print_summary
 
             sys.stdout.flush()
             print_summary(plan.dump_path)

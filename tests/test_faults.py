@@ -73,7 +73,7 @@ print("TRAINING-DONE")
     assert proc.returncode == 0 and "TRAINING-DONE" in proc.stdout, proc.stderr[-3000:]
     assert "File too large" in proc.stderr or "cannot write" in proc.stderr
     # the launcher's summary reports the errors
-    from msprobe_launch.summary import summarize
+    from msprobe_readers.summary import summarize
 
     rows = summarize(str(tmp_path / "d"))
     assert rows and sum(r.errors for r in rows) >= 1

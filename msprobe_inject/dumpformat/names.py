@@ -90,6 +90,12 @@ def is_api(name: str) -> bool:
     return p is not None and p.kind == "api"
 
 
+def is_parameters_grad(name: str) -> bool:
+    """A module/cell's parameter gradient record: ``Module.fc1.Linear.parameters_grad.0``."""
+    p = parse(name)
+    return p is not None and p.kind == "module" and p.direction == PARAMETERS_GRAD
+
+
 def module_path(name: str) -> Optional[str]:
     """``module.fc2`` from ``Module.module.fc2.Linear.forward.0`` (or a Cell's); None for other records."""
     p = parse(name)
@@ -100,6 +106,18 @@ def module_of(name: str) -> Optional[str]:
     """``Module.fc1.Linear`` from any of that module's record names; None for other records."""
     p = parse(name)
     return name.rsplit(".", 2)[0] if p is not None and p.kind == "module" else None
+
+
+def call_of(name: str) -> Optional[str]:
+    """The call a forward or backward record belongs to, without its direction: ``Functional.linear.0`` from
+    ``Functional.linear.0.backward``, ``Module.fc1.Linear.0`` from ``Module.fc1.Linear.backward.0`` (so that
+    both directions of a call share one label); None for parameters_grad, debug and other records."""
+    p = parse(name)
+    if p is None or p.direction not in (FORWARD, BACKWARD):
+        return None
+    if p.kind == "api":
+        return name[: -len(p.direction) - 1]
+    return f"{name.rsplit('.', 2)[0]}.{p.index}"
 
 
 def forward_counterpart(name: str) -> List[str]:

@@ -16,18 +16,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple
 
-from msprobe_launch import stats as st
-from msprobe_launch.ranks import DEFAULT_ATOL, DEFAULT_RTOL, RankChecker, RanksResult
-from msprobe_launch.summary import (
-    NanHit,
-    ProcDir,
-    ProgressFn,
-    RankSummary,
-    _size,
-    format_leaves,
-    global_first_nan,
-    summarize,
-)
+from msprobe_inject.dumpformat import names
+from msprobe_readers import __version__
+from msprobe_readers import stats as st
+from msprobe_readers.ranks import DEFAULT_ATOL, DEFAULT_RTOL, RankChecker, RanksResult
+from msprobe_readers.reading import ProcDir, ProgressFn
+from msprobe_readers.summary import NanHit, RankSummary, global_first_nan, summarize
+from msprobe_readers.text import describe_departure, format_leaves, human_bytes
 
 DEFAULT_SERIES = (r"loss", r"parameters_grad")
 _VIRIDIS = [(68, 1, 84), (72, 40, 120), (62, 74, 137), (49, 104, 142), (38, 130, 142), (31, 158, 137),
@@ -58,7 +53,8 @@ class SeriesCollector:
 
     @staticmethod
     def _pick(name: str, value: Any) -> List[st.Leaf]:
-        if ".forward" in name and isinstance(value, dict) and "output" in value:
+        parsed = names.parse(name)
+        if parsed is not None and parsed.direction == names.FORWARD and isinstance(value, dict) and "output" in value:
             chosen = st.leaves(value["output"], "output")
         else:
             chosen = st.leaves(value)
@@ -100,13 +96,16 @@ class GradCollector:
     def on_record(self, proc: ProcDir, position: int, name: str, value: Any) -> None:
         if not isinstance(value, dict):
             return
-        if ".parameters_grad." in name:
-            layer = st.module_path(name) or name
+        parsed = names.parse(name)
+        if parsed is None:
+            return
+        if parsed.direction == names.PARAMETERS_GRAD:
+            layer = parsed.path or name  # a root module has no path
             into, layers, leaves = self.params, self.param_layers, st.leaves(value)
         elif self.params:
             return
-        elif name.endswith(".backward") or ".backward." in name:
-            layer = re.sub(r"\.backward(\.\d+)?$", lambda m: m.group(1) or "", name)
+        elif parsed.direction == names.BACKWARD:
+            layer = names.call_of(name)
             into, layers, leaves = self.backward, self.backward_layers, st.leaves(value.get("output"), "output")
         else:
             return
@@ -323,8 +322,6 @@ def _hit_html(hit: NanHit, first: bool = False) -> str:
 def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, series: SeriesCollector,
            grads: GradCollector, stats: Sequence[str] = ("Norm",), heatmap_steps: Optional[Sequence[int]] = None,
            title: Optional[str] = None) -> str:
-    from msprobe_launch import __version__
-
     title = title or f"msprobe dump report: {os.path.basename(os.path.abspath(dump_path))}"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
              f"<style>{_CSS}</style></head><body>",
@@ -350,11 +347,11 @@ def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, ser
     dep = ranks.first_overall
     if dep is not None:
         parts.append(f"<div class='box div' id='first-departure'><b>Cross-rank divergence</b>: rank "
-                     f"<b>{_e(dep.label)}</b> departs first at {_e(dep.describe())}</div>")
+                     f"<b>{_e(dep.label)}</b> departs first at {_e(describe_departure(dep))}</div>")
         others_dep = [ranks.first[label] for label in ranks.labels
                       if label in ranks.first and ranks.first[label] is not dep]
         for d in others_dep[:_MAX_BOXES]:
-            parts.append(f"<div class='box div'>rank <b>{_e(d.label)}</b> departs at {_e(d.describe())}</div>")
+            parts.append(f"<div class='box div'>rank <b>{_e(d.label)}</b> departs at {_e(describe_departure(d))}</div>")
         if len(others_dep) > _MAX_BOXES:
             parts.append(f"<div class='box div'>… and {len(others_dep) - _MAX_BOXES} more departing ranks.</div>")
     elif any(ranks.compared.values()):
@@ -441,7 +438,7 @@ def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, ser
             nan = f"#{r.first_nan[0]} {r.first_nan[1]}" if r.first_nan else "-"
             deps = ranks.step_counts.get((s.label, r.step), 0)
             parts.append(f"<tr><td>{_e(s.label)}</td><td>{s.attempt}</td><td>{r.step}</td><td>{r.records}</td>"
-                         f"<td>{_size(r.bytes)}</td><td{' class=bad' if r.errors else ''}>{r.errors}</td>"
+                         f"<td>{human_bytes(r.bytes)}</td><td{' class=bad' if r.errors else ''}>{r.errors}</td>"
                          f"<td{' class=inc' if r.incomplete else ''}>{'incomplete' if r.incomplete else 'ok'}</td>"
                          f"<td{' class=bad' if r.first_nan else ''}>{_e(nan)}</td>"
                          f"<td{' class=bad' if deps else ''}>{deps}</td></tr>")

@@ -3,7 +3,8 @@
 Under data parallelism every rank holds the same parameters and, after the gradient all-reduce, the same
 gradients, so their statistics must agree across ranks at each step. Compared by default:
 
-* ``parameters`` of module forward records (L0/mix): the weights each rank computed with;
+* ``parameters`` of module (PyTorch) and cell (MindSpore) forward records (L0/mix): the weights each rank
+  computed with;
 * ``*.parameters_grad.*`` records; msprobe captures them when a gradient accumulates, which under DDP is
   *before* the bucket all-reduce, so a record on which no two ranks ever agree (on finite values) is
   treated as rank-local and left out (listed in the result);
@@ -20,13 +21,13 @@ Steps are read one at a time (the dump is discovered step-major), so memory hold
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
-from msprobe_launch import stats as st
-from msprobe_launch.summary import ProcDir, iter_object
+from msprobe_inject.dumpformat import names
+from msprobe_readers import stats as st
+from msprobe_readers.reading import ProcDir, iter_construct, iter_stacks
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
@@ -51,14 +52,6 @@ class Departure:
     reference_label: str
     param: Optional[str]  # the parameter the record is about, when known
     ranks: int  # ranks compared for this record
-
-    def describe(self) -> str:
-        about = {"param": "parameter", "grad": "gradient", "optimizer": "optimizer update",
-                 "pattern": "--pattern"}[self.kind]
-        if self.param:
-            about += f" of {self.param}"
-        return (f"step {self.step}, record #{self.position} {self.record} [{about}]: {self.leaf or '.'} "
-                f"{self.field} {st.fmt(self.value)} vs {st.fmt(self.reference)} on rank {self.reference_label}")
 
 
 @dataclass
@@ -111,7 +104,7 @@ class RankChecker:
 
     # ---- collection ----
     def on_record(self, proc: ProcDir, position: int, name: str, value: Any) -> None:
-        if proc.root != "." and not proc.root.startswith("attempt"):
+        if proc.duplicate:
             return  # duplicate ranks are not replicas of the job's ranks
         if self.steps is not None and proc.step not in self.steps:
             return
@@ -126,20 +119,19 @@ class RankChecker:
                                                  proc.process, proc.root))
         if not isinstance(value, dict):
             return
-        if name.startswith("Module.") and isinstance(value.get("parameters"), dict) and value["parameters"]:
-            mod = st.module_path(name)
+        mod = names.module_path(name)
+        if mod is not None and isinstance(value.get("parameters"), dict) and value["parameters"]:
             params = st.leaves(value["parameters"], "parameters")
             for leaf in params:
-                if mod is not None:
-                    pname = f"{mod}.{leaf.path.split('.', 1)[1]}"
-                    p.params.setdefault((leaf.shape, leaf.stats), []).append(pname)
+                pname = f"{mod}.{leaf.path.split('.', 1)[1]}"
+                p.params.setdefault((leaf.shape, leaf.stats), []).append(pname)
         else:
             params = []
         if any(rx.search(name) for rx in self.patterns):
             p.records[name] = (position, "pattern", st.leaves(value))
         elif not self.defaults:
             return
-        elif ".parameters_grad." in name:
+        elif names.is_parameters_grad(name):
             p.records[name] = (position, "grad", st.leaves(value))
         elif params:
             p.records[name] = (position, "param", params)
@@ -152,22 +144,16 @@ class RankChecker:
             return keys
         keys = set()
         try:
-            for key, parent in iter_object(os.path.join(proc.path, "construct.json")):
-                if isinstance(parent, list) and parent:  # Megatron: [parent, micro_step]
-                    parent = parent[0]
+            for key, parent in iter_construct(proc.path):
                 if parent in _OPTIM_PARENTS:
                     keys.add(key)
         except (ValueError, OSError, UnicodeDecodeError):
             pass
         if not keys:  # L1 has no construct.json entries: use the stacks
             try:
-                for key, value in iter_object(os.path.join(proc.path, "stack.json")):
-                    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], list):
-                        names, frames = value
-                    else:
-                        names, frames = [key], value
+                for records, frames in iter_stacks(proc.path):
                     if isinstance(frames, list) and any(_OPTIM_FRAME.search(str(f)) for f in frames):
-                        keys.update(str(n) for n in names)
+                        keys.update(str(n) for n in records)
             except (ValueError, OSError, UnicodeDecodeError):
                 pass
         self._optim = {proc.path: keys}  # one directory at a time
@@ -203,10 +189,10 @@ class RankChecker:
             return
         if step not in self.result.steps:
             self.result.steps.append(step)
-        names: Dict[str, None] = {}
+        records: Dict[str, None] = {}
         for p in procs:
-            names.update(dict.fromkeys(p.records))
-        for name in names:
+            records.update(dict.fromkeys(p.records))
+        for name in records:
             present = [p for p in procs if name in p.records]
             if len(present) < 2:
                 continue
@@ -250,16 +236,16 @@ class RankChecker:
 
     @staticmethod
     def _param_name(name: str, kind: str, path: str, ref: _Proc) -> Optional[str]:
-        mod = st.module_path(name)
+        mod = names.module_path(name)
         if kind == "param" and mod is not None:
             return f"{mod}.{path.split('.', 1)[1]}"
         if kind == "grad" and mod is not None:
             return f"{mod}.{path.split('.')[0]}"
         if kind == "optimizer":
             for leaf in ref.records[name][2]:  # the first tensor argument is the parameter being updated
-                names = ref.params.get((leaf.shape, leaf.stats))
-                if names:
-                    return " or ".join(dict.fromkeys(names))
+                candidates = ref.params.get((leaf.shape, leaf.stats))
+                if candidates:
+                    return " or ".join(dict.fromkeys(candidates))
                 break
         return None
 
@@ -297,29 +283,3 @@ class RankChecker:
             r.notes.append("no record to compare: dump at level mix or L0 (module parameters and parameters_grad), "
                            "or name records with --pattern")
         return r
-
-
-def format_result(r: RanksResult, dump_path: str = "") -> str:
-    total = sum(r.compared.values())
-    kinds = ", ".join(f"{k} {v}" for k, v in r.compared.items() if v)
-    lines = [f"cross-rank consistency: {dump_path}" if dump_path else "cross-rank consistency",
-             f"{len(r.labels)} ranks, steps {','.join(map(str, r.steps)) or '-'}, {total} record comparisons"
-             f"{' (' + kinds + ')' if kinds else ''}; tolerance rtol={r.rtol:g} atol={r.atol:g}"]
-    for label in r.labels:
-        dep = r.first.get(label)
-        if dep is None:
-            lines.append(f"rank {label}: consistent")
-        else:
-            lines.append(f"rank {label}: DEPARTS at {dep.describe()}; {r.counts.get(label, 0)} departing record(s)")
-    first = r.first_overall
-    if first is not None:
-        lines.append(f"first departure: rank {first.label}, {first.describe()}")
-    else:
-        lines.append("no rank departs from the others")
-    if r.rank_local:
-        shown = ", ".join(r.rank_local[:4]) + (f" (+{len(r.rank_local) - 4} more)" if len(r.rank_local) > 4 else "")
-        lines.append(f"note: {len(r.rank_local)} parameters_grad record(s) never agree across ranks and are treated "
-                     f"as rank-local (captured before the gradient all-reduce): {shown}")
-    for note in r.notes:
-        lines.append(f"note: {note}")
-    return "\n".join(lines)

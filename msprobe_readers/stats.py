@@ -1,4 +1,7 @@
-"""Tensor leaves of dump records and tolerant comparison of their statistics (shared by ranks, diff, report)."""
+"""Tensor leaves of dump records and tolerant comparison of their statistics (shared by ranks, diff, report).
+
+The statistics and what counts as non-finite are ``dumpformat.nonfinite``'s.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,10 @@ import math
 import sys
 from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 
-STATS = ("Max", "Min", "Mean", "Norm")
+from msprobe_inject.dumpformat.nonfinite import STATS, is_nonfinite
+
+__all__ = ["STATS", "Stats", "Leaf", "iter_tensors", "leaves", "close", "leaf_mismatch", "field_value", "delta",
+           "fmt", "median"]
 Stats = Tuple[Optional[float], Optional[float], Optional[float], Optional[float]]
 
 
@@ -26,10 +32,8 @@ def _num(value: Any) -> Optional[float]:
         return float(value)
     if isinstance(value, (int, float)):
         return float(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
-            return float(text)
+    if isinstance(value, str) and is_nonfinite(value):  # older dumps quote "nan" / "inf"
+        return float(value.strip())
     return None
 
 
@@ -97,6 +101,13 @@ def field_value(leaf: Leaf, name: str) -> Any:
     return getattr(leaf, name)
 
 
+def delta(x: Optional[float], y: Optional[float]) -> Optional[float]:
+    """x - y, None when either is missing."""
+    if x is None or y is None:
+        return None
+    return x - y
+
+
 def fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -107,14 +118,6 @@ def fmt(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ",".join(str(v) for v in value) + "]"
     return str(value)
-
-
-def module_path(record: str) -> Optional[str]:
-    """"module.fc2" from Module.module.fc2.Linear.forward.0 / .backward.0 / .parameters_grad.0; None for APIs."""
-    parts = record.split(".")
-    if parts[0] != "Module" or len(parts) < 5 or parts[-2] not in ("forward", "backward", "parameters_grad"):
-        return None
-    return ".".join(parts[1:-3])
 
 
 def median(values: List[float]) -> float:

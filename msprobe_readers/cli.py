@@ -1,4 +1,5 @@
-"""``msprobe-dump``: read a dump (ours or msprobe's) — ``summary``, ``ranks``, ``diff``, ``report``.
+"""``msprobe-dump``: read a dump (ours or msprobe's) — ``summary``, ``ranks``, ``diff``, ``report``; and the
+launcher's end-of-job summary (``print_summary``, also ``python -m msprobe_readers.summary``).
 
 A console script of its own rather than subcommands of ``msprobe-launch``: everything after the launcher's
 options is the user's script and its arguments, so a subcommand name there could collide with a script
@@ -13,14 +14,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
-from msprobe_launch import diff as dif
-from msprobe_launch import ranks as rk
-from msprobe_launch import summary as sm
+from msprobe_readers import __version__, text
+from msprobe_readers import diff as dif
+from msprobe_readers import ranks as rk
+from msprobe_readers import summary as sm
+from msprobe_readers.reading import discover, record_files
 
 _PROGRESS_MIN_BYTES = 64 << 20
 
@@ -68,8 +72,8 @@ def _progress(paths: List[str], enabled: bool) -> Tuple[Optional[Callable[[int],
     if not enabled or not sys.stderr.isatty():
         return None, nothing
     total = 0
-    for proc in sm.discover(paths[0]) + (sm.discover(paths[1]) if len(paths) > 1 else []):
-        for file in sm.record_files(proc):
+    for proc in discover(paths[0]) + (discover(paths[1]) if len(paths) > 1 else []):
+        for file in record_files(proc):
             try:
                 total += os.path.getsize(file)
             except OSError:
@@ -86,6 +90,17 @@ def _progress(paths: List[str], enabled: bool) -> Tuple[Optional[Callable[[int],
     return (lambda n: bar.advance(task, n)), bar.stop
 
 
+def _nan_safe(obj: Any) -> Any:
+    """NaN/Inf as strings, so that --json output is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _nan_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_safe(v) for v in obj]
+    return obj
+
+
 def _jsonable(obj: Any) -> Any:
     """Dataclasses and named tuples (tensor leaves) as JSON objects; NaN/Inf as strings (strict JSON)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -96,15 +111,26 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
-    return sm._nan_safe(obj)
+    return _nan_safe(obj)
 
 
 def _need_dump(path: str) -> Optional[str]:
     if not os.path.exists(path):
         return f"{path}: no such file or directory"
-    if not sm.discover(path):
+    if not discover(path):
         return f"{path}: no step*/rank*/dump.json (nor a dump.json file) here"
     return None
+
+
+def summary_json(summaries: List[sm.RankSummary]) -> List[Dict[str, Any]]:
+    """Per rank summaries as JSON objects (with their label and incomplete steps); NaN/Inf still floats."""
+    out = []
+    for s in summaries:
+        d = dataclasses.asdict(s)
+        d["label"] = s.label
+        d["incomplete_steps"] = s.incomplete_steps
+        out.append(d)
+    return out
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -115,12 +141,12 @@ def cmd_summary(args: argparse.Namespace) -> int:
         done()
     first = sm.global_first_nan(summaries)
     if args.json:
-        out = {"dump_path": args.dump, "ranks": sm.summary_json(summaries),
+        out = {"dump_path": args.dump, "ranks": summary_json(summaries),
                "first_nan": dataclasses.asdict(first) if first else None}
-        json.dump(sm._nan_safe(out), sys.stdout, indent=1)
+        json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:
-        print(sm.format_detail(summaries, args.dump, args.frames))
+        print(text.format_detail(summaries, args.dump, args.frames))
     incomplete = any(s.incomplete_steps for s in summaries)
     return 1 if first is not None or incomplete else 0
 
@@ -139,10 +165,10 @@ def cmd_ranks(args: argparse.Namespace) -> int:
                "first": {k: _jsonable(v) for k, v in result.first.items()}, "counts": result.counts,
                "first_overall": _jsonable(result.first_overall) if result.first_overall else None,
                "rank_local": result.rank_local, "notes": result.notes, "rtol": result.rtol, "atol": result.atol}
-        json.dump(sm._nan_safe(out), sys.stdout, indent=1)
+        json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:
-        print(rk.format_result(result, args.dump))
+        print(text.format_ranks(result, args.dump))
     return 1 if result.first else 0
 
 
@@ -167,17 +193,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
                           "only_a": p.only_a, "only_b": p.only_b, "errors": p.errors,
                           "first": _jsonable(p.first[0]) if p.first else None} for p in result.pairs],
                "first": {"step": first[0].a.step, "rank": first[0].label, **_jsonable(first[1])} if first else None}
-        json.dump(sm._nan_safe(out), sys.stdout, indent=1)
+        json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:
-        print(dif.format_result(result, args.a, args.b, args.top))
+        print(text.format_diff(result, args.a, args.b, args.top))
         if args.csv:
             print(f"per-leaf rows written to {args.csv}")
     return 1 if result.first else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from msprobe_launch.htmlreport import build_report
+    from msprobe_readers.report import build_report  # the HTML code is only loaded for this command
 
     out = args.output or os.path.join(os.getcwd(), "msprobe_report.html")
     progress, done = _progress([args.dump], not args.no_progress)
@@ -191,9 +217,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     first, dep = info["first_nan"], info["ranks"].first_overall
     print(f"report written to {os.path.abspath(out)}")
     if first is not None:
-        print("\n".join(sm.format_hit(first, "first NaN/Inf of the job")))
+        print("\n".join(text.format_hit(first, "first NaN/Inf of the job")))
     if dep is not None:
-        print(f"first cross-rank departure: rank {dep.label}, {dep.describe()}")
+        print(f"first cross-rank departure: rank {dep.label}, {text.describe_departure(dep)}")
     return 0
 
 
@@ -204,8 +230,6 @@ def _tolerance(p: argparse.ArgumentParser, rtol: float, atol: float) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from msprobe_launch import __version__
-
     parser = argparse.ArgumentParser(
         prog="msprobe-dump",
         description="Read an msprobe dump (msprobe-launch's or msprobe's): where the first NaN/Inf appeared, "
@@ -284,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    """``msprobe-dump``; exits with 0 (nothing found), 1 (findings) or 2 (usage error, nothing to read)."""
     args = build_parser().parse_args(argv)
     for path in [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]:
         problem = _need_dump(path)
@@ -295,6 +320,42 @@ def main(argv: Optional[List[str]] = None) -> None:
     except BrokenPipeError:  # `msprobe-dump ... | head`
         code = 0
     sys.exit(code)
+
+
+# ---- the launcher's end-of-job summary ----
+
+def print_summary(dump_path: str, file: Optional[IO[str]] = None) -> List[sm.RankSummary]:
+    """The launcher's end-of-job output: the per-rank table and the first NaN/Inf of the job with its source."""
+    out = sys.stdout if file is None else file
+    summaries = sm.summarize(dump_path)
+    if summaries:
+        print(text.format_table(summaries, dump_path), file=out)
+        hit = sm.global_first_nan(summaries)
+        if hit is not None:
+            print("\n".join(text.format_hit(hit, "first NaN/Inf of the job")), file=out)
+    else:
+        print(f"msprobe dump summary: no step*/rank*/dump.json under {dump_path}", file=out)
+    return summaries
+
+
+def summary_main(argv: Optional[List[str]] = None) -> int:
+    """``python -m msprobe_readers.summary DUMP [--json]``: print_summary's output, or the summaries as JSON.
+    Returns 0 when there was something to summarise, 1 when not, 2 when DUMP is not a directory."""
+    parser = argparse.ArgumentParser(prog="python -m msprobe_readers.summary",
+                                     description="Per-rank summary of an msprobe dump directory.")
+    parser.add_argument("dump_path", help="the dump_path of the run (contains step*/ or attempt*/)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.dump_path):
+        print(f"error: {args.dump_path} is not a directory", file=sys.stderr)
+        return 2
+    if args.json:
+        summaries = sm.summarize(args.dump_path)
+        json.dump(_nan_safe(summary_json(summaries)), sys.stdout, indent=1)
+        print()
+    else:
+        summaries = print_summary(args.dump_path)
+    return 0 if summaries else 1
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Helpers for the msprobe-dump tests: run a test script through the real launcher, run msprobe-dump, read a PNG."""
+"""Helpers for the reader tests: hand-written dumps, a test script run through the real launcher, msprobe-dump
+run as its console script runs it, a PNG decoder."""
 
 from __future__ import annotations
 
@@ -8,13 +9,63 @@ import os
 import subprocess
 import sys
 import zlib
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from launch_util import HERE, launch, run
+import pytest
+from launch_util import HERE, launch, run, runtime_available
 
 SCRIPTS = os.path.join(HERE, "scripts")
-DUMP_CLI = [sys.executable, "-m", "msprobe_launch.report"]  # what the msprobe-dump console script runs
+DUMP_CLI = [sys.executable, "-m", "msprobe_readers.cli"]  # what the msprobe-dump console script runs
+NAN = float("nan")
+LIB = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py"
+
+
+def e2e(test: Callable) -> Callable:
+    """A test that runs a real job through the launcher (needs the in-rank runtime)."""
+    test = pytest.mark.skipif(not runtime_available(),
+                              reason="the in-rank runtime (msprobe_inject.zero_code) is missing")(test)
+    return pytest.mark.e2e(test)
+
+
+# ---- hand-written dumps ----
+
+def leaf(mx: Any = 1.0, mn: Any = -1.0, mean: Any = 0.0, norm: Any = 2.0, shape: Sequence[int] = (2,),
+         **extra: Any) -> Dict[str, Any]:
+    """One tensor entry of a record, as msprobe writes it."""
+    out = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(shape), "Max": mx, "Min": mn,
+           "Mean": mean, "Norm": norm, "requires_grad": False}
+    out.update(extra)
+    return out
+
+
+def fwd(*args: Any) -> Dict[str, Any]:
+    """A forward record with these input tensors and one output tensor."""
+    return {"input_args": list(args), "input_kwargs": {}, "output": [leaf()]}
+
+
+def write_dump(directory: Any, data: Dict[str, Any], header: Optional[Dict[str, Any]] = None,
+               stack: Optional[Dict[str, Any]] = None, construct: Optional[Dict[str, Any]] = None) -> None:
+    """dump.json (and stack.json, construct.json) of one rank directory, formatted as msprobe formats them."""
+    os.makedirs(directory, exist_ok=True)
+    doc = {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data}
+    doc.update(header or {})
+    with open(os.path.join(directory, "dump.json"), "w") as fh:
+        json.dump(doc, fh, indent=1)  # bare NaN tokens, as msprobe writes them
+    if stack is not None:
+        with open(os.path.join(directory, "stack.json"), "w") as fh:
+            json.dump(stack, fh, indent=1)
+    if construct is not None:
+        with open(os.path.join(directory, "construct.json"), "w") as fh:
+            json.dump(construct, fh, indent=1)
+
+
+def frame(path: str, line: int, func: str, code: str) -> str:
+    """One line of stack.json, as msprobe writes it."""
+    return f"File {path}, line {line}, in {func}, \n {code}"
+
+
+# ---- real jobs and the CLI ----
 
 
 def launch_script(tmp_path: Any, script: str, *script_args: str, level: str = "mix",

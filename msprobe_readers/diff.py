@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from dataclasses import dataclass, field
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from msprobe_launch import stats as st
-from msprobe_launch.summary import ProcDir, ProgressFn, discover, find_stack, iter_object, iter_proc, user_frame
+from msprobe_inject.dumpformat import names
+from msprobe_readers import stats as st
+from msprobe_readers.reading import (
+    ProcDir,
+    ProgressFn,
+    discover,
+    find_stack,
+    iter_construct,
+    iter_proc,
+    tensor_path,
+    user_frame,
+)
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
@@ -89,11 +98,6 @@ def pair_dumps(a_path: str, b_path: str, steps: Optional[set] = None,
             continue
         pairs.append((p, q))
     return pairs
-
-
-def _tensor_path(proc: ProcDir, data_name: str) -> str:
-    base = os.path.dirname(proc.file) if proc.file else proc.path
-    return os.path.join(base, "dump_tensor_data", data_name)
 
 
 def _tensor_metrics(a_file: str, b_file: str) -> Tuple[Optional[float], Optional[float]]:
@@ -175,7 +179,7 @@ def _diff_record(position: int, name: str, a_leaves: List[st.Leaf], b_leaves: Li
             continue
         d = LeafDiff(la.path, la, lb, st.leaf_mismatch(la, lb, rtol, atol))
         if tensors and la.data_name and lb.data_name:
-            d.cosine, d.max_abs = _tensor_metrics(_tensor_path(a, la.data_name), _tensor_path(b, lb.data_name))
+            d.cosine, d.max_abs = _tensor_metrics(tensor_path(a, la.data_name), tensor_path(b, lb.data_name))
             scale = max(abs(v) for v in (lb.stats[0], lb.stats[1], 0.0) if v is not None and math.isfinite(v))
             if d.reason is None and d.max_abs is not None and d.max_abs > atol + rtol * scale:
                 d.reason = "tensor"
@@ -183,12 +187,6 @@ def _diff_record(position: int, name: str, a_leaves: List[st.Leaf], b_leaves: Li
     for lb in b_map.values():
         out.append(LeafDiff(lb.path, None, lb, "only in B"))
     return RecordDiff(position, name, out)
-
-
-def _delta(x: Optional[float], y: Optional[float]) -> Optional[float]:
-    if x is None or y is None:
-        return None
-    return x - y
 
 
 def _write_rows(writer: Any, a: ProcDir, b: ProcDir, rec: RecordDiff) -> None:
@@ -199,7 +197,7 @@ def _write_rows(writer: Any, a: ProcDir, b: ProcDir, rec: RecordDiff) -> None:
         for i in range(len(st.STATS)):
             x = d.a.stats[i] if d.a else None
             y = d.b.stats[i] if d.b else None
-            row += [_csv(x), _csv(y), _csv(_delta(x, y))]
+            row += [_csv(x), _csv(y), _csv(st.delta(x, y))]
         row += [_csv(d.cosine), _csv(d.max_abs), "yes" if d.reason else "no", d.reason or ""]
         writer.writerow(row)
 
@@ -209,17 +207,17 @@ def _csv(value: Optional[float]) -> str:
 
 
 def _describe(rec: RecordDiff, proc: ProcDir) -> None:
-    """Attach the enclosing module (construct.json) and the user source line (stack.json) to a record."""
+    """Attach the enclosing module or cell (construct.json) and the user source line (stack.json) to a record."""
     parents: Dict[str, Any] = {}
     try:
-        for key, parent in iter_object(os.path.join(proc.path, "construct.json")):
-            parents[key] = parent[0] if isinstance(parent, list) and parent else parent
+        for key, parent in iter_construct(proc.path):
+            parents[key] = parent
     except (ValueError, OSError, UnicodeDecodeError):
         pass
     node, hops = parents.get(rec.record), 0
-    while isinstance(node, str) and not node.startswith("Module.") and hops < 100:
+    while isinstance(node, str) and not names.is_module(node) and hops < 100:
         node, hops = parents.get(node), hops + 1
-    if rec.record.startswith("Module."):
+    if names.is_module(rec.record):
         rec.module = rec.record
     elif isinstance(node, str):
         rec.module = node
@@ -256,65 +254,3 @@ def diff_dumps(a_path: str, b_path: str, rtol: float = DEFAULT_RTOL, atol: float
     pairs = [diff_pair(a, b, rtol, atol, tensors, keep, writer, progress)
              for a, b in pair_dumps(a_path, b_path, steps, ranks)]
     return DiffResult(pairs, rtol, atol)
-
-
-def _record_lines(rec: RecordDiff, limit: int = 6) -> List[str]:
-    rows = [("leaf", "field", "A", "B", "A-B")]
-    for d in rec.leaves:
-        if not d.reason:
-            continue
-        if d.a is None or d.b is None:
-            rows.append((d.leaf, d.reason, "", "", ""))
-            continue
-        fields = [f for f in st.STATS if not st.close(st.field_value(d.a, f), st.field_value(d.b, f), 0.0, 0.0)]
-        for f in fields or [d.reason]:
-            if f in st.STATS:
-                x, y = st.field_value(d.a, f), st.field_value(d.b, f)
-                rows.append((d.leaf, f, st.fmt(x), st.fmt(y), st.fmt(_delta(x, y))))
-            else:
-                rows.append((d.leaf, f, st.fmt(st.field_value(d.a, f) if f != "tensor" else d.max_abs),
-                             st.fmt(st.field_value(d.b, f) if f != "tensor" else None), ""))
-        if d.cosine is not None:
-            rows.append((d.leaf, "cosine / max abs err", st.fmt(d.cosine), st.fmt(d.max_abs), ""))
-        if len(rows) > limit:
-            break
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def format_result(r: DiffResult, a_path: str, b_path: str, top: int = 10) -> str:
-    lines = [f"diff A={a_path}  B={b_path}  (rtol={r.rtol:g}, atol={r.atol:g})"]
-    if not r.pairs:
-        lines.append("no step/rank directory is present in both dumps")
-        return "\n".join(lines)
-    rows = [("step", "rank", "compared", "only A", "only B", "beyond tol", "first beyond tolerance")]
-    for p in r.pairs:
-        first = f"#{p.first[0].position} {p.first[0].record}" if p.first else "-"
-        rows.append((str(p.a.step), p.label, str(p.compared), str(len(p.only_a)), str(len(p.only_b)),
-                     str(p.beyond), first))
-    widths = [max(len(row[i]) for row in rows) for i in range(6)]
-    for i, row in enumerate(rows):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths) + "  " + "-" * len(row[-1]))
-    for p in r.pairs:
-        for e in p.errors:
-            lines.append(f"warning: {e}")
-    found = r.first
-    if found is None:
-        lines.append("no record differs beyond tolerance")
-        return "\n".join(lines)
-    pair, rec = found
-    where = f" (in {rec.module})" if rec.module and rec.module != rec.record else ""
-    lines += ["", f"FIRST DIFFERENCE: step {pair.a.step}, rank {pair.label}, record #{rec.position} "
-                  f"{rec.record}{where}"]
-    if rec.source:
-        lines.append(f"  source: {rec.source}")
-    lines += _record_lines(rec)
-    shown = [x for x in pair.first[1:top]]
-    if shown:
-        lines.append(f"  next records beyond tolerance in step {pair.a.step}, rank {pair.label}:")
-        for x in shown:
-            d = x.first_reason
-            lines.append(f"    #{x.position} {x.record}: {d.leaf if d else ''} {d.reason if d else ''}")
-    return "\n".join(lines)

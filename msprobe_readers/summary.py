@@ -1,0 +1,154 @@
+"""Per-rank and per-step summary of a dump directory (ours or msprobe's), and the first NaN/Inf.
+
+Per rank: steps, records, bytes on disk, errors (lines of dump_error_info.log plus unreadable files),
+incomplete steps, and the first record (step order, then execution order) with a non-finite statistic,
+with its stack. Run as ``python -m msprobe_readers.summary DUMP_PATH [--json]`` (the launcher's table) or
+``msprobe-dump summary DUMP_PATH`` (with the per-step rows and stacks); ``text`` formats the result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from msprobe_inject.dumpformat.nonfinite import has_nonfinite, nonfinite_leaves
+from msprobe_readers.reading import (
+    Frame,
+    ProcDir,
+    ProgressFn,
+    RecordFn,
+    discover,
+    error_lines,
+    find_stack,
+    incomplete_reason,
+    is_duplicate_root,
+    iter_proc,
+    rank_label,
+    tree_bytes,
+    user_frame,
+)
+
+
+@dataclass
+class NanHit:
+    """The first record with a NaN/Inf statistic in one rank (or globally)."""
+
+    label: str
+    rank: Optional[int]
+    attempt: int
+    step: int
+    position: int  # index of the record in dump.json's data (execution order)
+    record: str
+    leaves: List[Tuple[str, str, Any]] = field(default_factory=list)  # (leaf path, statistic, value)
+    stack_of: Optional[str] = None  # the record whose stack was found (a forward for backward records)
+    stack: List[str] = field(default_factory=list)
+    source: Optional[Frame] = None  # the innermost frame outside installed libraries
+    path: str = ""  # the rank directory
+
+
+@dataclass
+class StepSummary:
+    step: int
+    records: int = 0
+    bytes: int = 0
+    errors: int = 0
+    incomplete: Optional[str] = None  # why the step is incomplete, or None
+    first_nan: Optional[Tuple[int, str]] = None  # (position, record name)
+
+
+@dataclass
+class RankSummary:
+    root: str  # relative to the dump path: "." | "attempt1" | "duplicate_rank0_host_123" ...
+    attempt: int
+    process: str  # directory name: "rank0" | "proc123" | "rank"
+    rank: Optional[int]
+    steps: List[int] = field(default_factory=list)
+    records: int = 0
+    bytes: int = 0
+    errors: int = 0
+    first_nan: Optional[Tuple[int, str]] = None  # (step, record name)
+    problems: List[str] = field(default_factory=list)
+    per_step: List[StepSummary] = field(default_factory=list)
+    nan: Optional[NanHit] = None  # first_nan with position, leaves and stack
+
+    @property
+    def label(self) -> str:
+        return rank_label(self.rank, self.process, self.root)
+
+    @property
+    def incomplete_steps(self) -> List[int]:
+        return [s.step for s in self.per_step if s.incomplete]
+
+
+def _attach_stack(hit: NanHit) -> None:
+    hit.stack_of, hit.stack = find_stack(hit.path, hit.record)
+    hit.source = user_frame(hit.stack)
+
+
+def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Optional[ProgressFn] = None,
+              stacks: bool = True) -> List[RankSummary]:
+    """One RankSummary per (root, rank/proc directory), ordered by attempt, root and rank.
+
+    Every dump.json is read once; ``on_record(proc, position, name, record)`` sees every record, so other
+    analyses can share the pass. With ``stacks``, the first NaN/Inf of each rank gets its stack.json frames.
+    """
+    found: Dict[Tuple[str, str], RankSummary] = {}
+    for proc in discover(dump_path):
+        s = found.get(proc.key)
+        if s is None:
+            s = found[proc.key] = RankSummary(root=proc.root, attempt=proc.attempt, process=proc.process,
+                                              rank=proc.rank)
+        row = StepSummary(step=proc.step, bytes=tree_bytes(proc.path) if not proc.file else
+                          os.path.getsize(proc.file))
+        row.errors = error_lines(proc.path)
+        header: Dict[str, Any] = {}
+
+        def failed(file: str, exc: Exception, s: RankSummary = s, row: StepSummary = row,
+                   proc: ProcDir = proc) -> None:
+            row.errors += 1
+            s.problems.append(f"step{proc.step}/{proc.process}/{os.path.basename(file)}: unreadable ({exc})")
+
+        for position, name, value, suspect in iter_proc(proc, failed, header, progress):
+            row.records += 1
+            if row.first_nan is None and suspect and has_nonfinite(value):
+                row.first_nan = (position, name)
+                if s.nan is None:
+                    s.first_nan = (proc.step, name)
+                    s.nan = NanHit(label=s.label, rank=s.rank, attempt=s.attempt, step=proc.step,
+                                   position=position, record=name, leaves=nonfinite_leaves(value),
+                                   path=proc.path)
+            if on_record is not None:
+                on_record(proc, position, name, value)
+        row.incomplete = incomplete_reason(proc, header)
+        if row.incomplete:
+            s.problems.append(f"step{proc.step}/{proc.process}: incomplete: {row.incomplete}")
+        s.steps.append(proc.step)
+        s.per_step.append(row)
+        s.records += row.records
+        s.bytes += row.bytes
+        s.errors += row.errors
+
+    def order(s: RankSummary) -> Tuple:
+        return (s.attempt, is_duplicate_root(s.root), s.root,
+                s.rank if s.rank is not None else 1 << 30, s.process)
+
+    out = sorted(found.values(), key=order)
+    if stacks:
+        for s in out:
+            if s.nan is not None:
+                _attach_stack(s.nan)
+    return out
+
+
+def global_first_nan(summaries: List[RankSummary]) -> Optional[NanHit]:
+    """The first NaN/Inf of the whole job: earliest attempt, then step, then position; ties go to the lower rank."""
+    hits = [(s.attempt, s.nan.step, s.nan.position, i, s.nan) for i, s in enumerate(summaries) if s.nan]
+    return min(hits, key=lambda h: h[:4])[4] if hits else None
+
+
+if __name__ == "__main__":  # python -m msprobe_readers.summary: the launcher's end-of-job output again
+    from msprobe_readers.cli import summary_main
+
+    sys.exit(summary_main())

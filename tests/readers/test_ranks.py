@@ -1,0 +1,136 @@
+"""msprobe_readers.ranks: cross-rank consistency on hand-written dumps (majority reference, rank-local gradients,
+MindSpore cells, duplicate ranks) and on a real 2-rank DDP job (acceptance 2: rank 1 perturbs fc2.weight's
+gradient after the all-reduce at step 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from msprobe_readers import ranks, summary, text
+
+from .reader_util import dump_cli, e2e, fwd, launch_script, leaf, load_data, write_dump
+
+
+def _params(w_norm, b_norm=1.0):
+    return {"input_args": [leaf()], "input_kwargs": {}, "output": [leaf()],
+            "parameters": {"weight": leaf(norm=w_norm, shape=(3, 2)), "bias": leaf(norm=b_norm, shape=(3,))}}
+
+
+def _check(path, **kw):
+    checker = ranks.RankChecker(**kw)
+    summary.summarize(path, on_record=checker.on_record, stacks=False)
+    return checker.finish()
+
+
+def test_ranks_majority_reference_and_rank_local_gradients(tmp_path):
+    d = tmp_path / "dump"
+    grads = {0: [1.0, 2.0, 3.0], 1: [1.5, 2.5, 3.5], 2: [0.5, 0.7, 0.9]}  # pre-all-reduce: never equal
+    for step in range(3):
+        for rank in range(3):
+            w = 5.0 + step
+            if rank == 2 and step == 2:
+                w += 0.5  # rank 2 drifts at step 2; ranks 0 and 1 are the majority
+            write_dump(d / f"step{step}" / f"rank{rank}", {
+                "Module.net.fc.Linear.forward.0": _params(w),
+                "Module.net.fc.Linear.parameters_grad.0": {"weight": [leaf(norm=grads[rank][step], shape=(3, 2))]},
+                "Tensor.add_.0.forward": fwd(leaf(norm=w, shape=(3, 2)), leaf(norm=0.1 * (rank == 2) + step)),
+            }, construct={"Tensor.add_.0.forward": "optimizer", "Module.net.fc.Linear.forward.0": None})
+    r = _check(str(d))
+    assert r.labels == ["0", "1", "2"] and r.steps == [0, 1, 2]
+    assert r.rank_local == ["Module.net.fc.Linear.parameters_grad.0"]
+    assert set(r.first) == {"2"}  # the majority decides; rank 0 is not blamed
+    dep = r.first["2"]
+    # the optimizer record of step 0 departs first (input 1), and names the parameter it updates
+    assert (dep.step, dep.record, dep.kind, dep.leaf, dep.param) == (
+        0, "Tensor.add_.0.forward", "optimizer", "input_args.1", "net.fc.weight")
+    assert r.step_counts[("2", 2)] == 2  # parameter and optimizer record at step 2
+    out = text.format_ranks(r)
+    assert "rank 0: consistent" in out and "rank 2: DEPARTS at step 0" in out and "rank-local" in out
+    # only the parameters: rank 2 departs at step 2, on net.fc.weight
+    r = _check(str(d), patterns=[r"^Module\..*\.forward\.0$"], defaults=False)
+    assert (r.first["2"].step, r.first["2"].param) == (2, None) and r.first["2"].leaf == "parameters.weight"
+
+
+def test_ranks_two_ranks_and_grads_that_agree(tmp_path):
+    d = tmp_path / "dump"
+    for step in range(2):
+        for rank in range(2):
+            g = 1.0 + step + (0.25 if rank == 1 and step == 1 else 0.0)  # all-reduced, then rank 1 drifts
+            write_dump(d / f"step{step}" / f"rank{rank}",
+                       {"Module.fc.Linear.parameters_grad.0": {"bias": [leaf(norm=g)], "weight": [leaf(norm=g)]}})
+    r = _check(str(d))
+    assert r.rank_local == [] and list(r.first) == ["1"]  # no majority with two ranks: rank 0 is the reference
+    dep = r.first["1"]
+    assert (dep.step, dep.param, dep.reference_label) == (1, "fc.bias", "0")
+    assert _check(str(d), rtol=0.5).first == {}
+
+
+def test_ranks_compare_mindspore_cell_parameters(tmp_path):
+    """MindSpore L0/mix dumps name modules Cell.*: their parameters and gradients are compared like a Module's."""
+    d = tmp_path / "dump"
+    for step in range(2):
+        for rank in range(2):
+            w = 3.0 + step + (0.5 if rank == 1 and step == 1 else 0.0)  # rank 1's weight departs at step 1
+            g = 1.0 + (0.5 if rank == 1 and step == 0 else 0.0)  # its bias gradient at step 0
+            write_dump(d / f"step{step}" / f"rank{rank}", {
+                "Cell.net.fc.Dense.forward.0": _params(w),
+                "Primitive.add.Add.0.forward": fwd(leaf()),
+                "Cell.net.fc.Dense.parameters_grad.0": {"bias": [leaf(norm=g)]},
+            }, header={"framework": "mindspore"})
+    r = _check(str(d))
+    assert (r.compared["param"], r.compared["grad"]) == (2, 2) and r.counts == {"1": 2}
+    dep = r.first["1"]
+    assert (dep.step, dep.record, dep.kind, dep.leaf, dep.param) == (
+        0, "Cell.net.fc.Dense.parameters_grad.0", "grad", "bias.0", "net.fc.bias")
+    dep = _check(str(d), steps={1}).first["1"]
+    assert (dep.step, dep.record, dep.kind, dep.leaf, dep.param) == (
+        1, "Cell.net.fc.Dense.forward.0", "param", "parameters.weight", "net.fc.weight")
+    assert (dep.value, dep.reference, dep.field) == (4.5, 4.0, "Norm")
+
+
+def test_ranks_leave_out_duplicate_ranks_of_an_attempt(tmp_path):
+    """A duplicate rank (a second process claiming rank 0) is no replica, in an attempt as at the top."""
+    d = tmp_path / "dump"
+    for root in ("attempt1", "attempt1/duplicate_rank0_host_77", "duplicate_rank0_host_12"):
+        for rank in (0, 1) if "duplicate" not in root else (0,):
+            write_dump(d / root / "step0" / f"rank{rank}",
+                       {"Module.fc.Linear.forward.0": _params(9.0 if "duplicate" in root else 2.0)})
+    r = _check(str(d))
+    assert r.labels == ["0 (attempt1)", "1 (attempt1)"] and r.first == {} and r.notes == []
+    assert r.compared["param"] == 1
+
+
+@e2e
+def test_ranks_names_the_perturbed_rank_and_parameter(tmp_path):
+    dump, _ = launch_script(tmp_path, "perturb_grad.py")
+    # the dump itself: identical fc2 weights on both ranks at step 1, different ones at step 2
+    fc2 = "Module.module.fc2.Linear.forward.0"
+    w = [[load_data(os.path.join(dump, f"step{s}", f"rank{r}", "dump.json"))[fc2]["parameters"]["weight"]
+          for r in (0, 1)] for s in (1, 2)]
+    assert w[0][0] == w[0][1] and w[1][0]["Norm"] != w[1][1]["Norm"]
+
+    proc = dump_cli(["ranks", dump], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "rank 0: consistent" in lines, proc.stdout
+    rank1 = next(text for text in lines if text.startswith("rank 1:"))
+    assert rank1.startswith("rank 1: DEPARTS at step 1,") and "module.fc2.weight" in rank1, rank1
+    first = next(text for text in lines if text.startswith("first departure:"))
+    assert "rank 1, step 1" in first and "module.fc2.weight" in first and "fc1" not in first
+    # pre-all-reduce gradients differ legitimately: reported as rank-local, not as a departure
+    assert any("rank-local" in text and "parameters_grad" in text for text in lines)
+
+    data = json.loads(dump_cli(["ranks", "--json", dump], tmp_path).stdout)
+    assert list(data["first"]) == ["1"]
+    dep = data["first"]["1"]
+    assert (dep["step"], dep["param"], dep["reference_label"]) == (1, "module.fc2.weight", "0")
+    assert dep["kind"] in ("optimizer", "param")
+
+    # a tolerance wider than the perturbation hides it
+    proc = dump_cli(["ranks", "--rtol", "10", dump], tmp_path)
+    assert proc.returncode == 0 and "no rank departs" in proc.stdout
+    # --pattern: each rank's loss input comes from its own data, so rank 1 departs at step 0
+    proc = dump_cli(["ranks", "--no-defaults", "--pattern", r"^Functional\.mse_loss\.0\.forward$", dump], tmp_path)
+    assert proc.returncode == 1
+    assert "rank 1: DEPARTS at step 0" in proc.stdout and "Functional.mse_loss.0.forward" in proc.stdout
