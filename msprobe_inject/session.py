@@ -108,7 +108,7 @@ class Session:
         return not self.cfg.step or s in self.cfg.step
 
     def rank_selected(self) -> bool:
-        rank = self.current_rank()
+        rank = self.refresh_rank()
         return not self.cfg.rank or rank is None or rank in self.cfg.rank
 
     def next_step(self) -> None:
@@ -131,14 +131,15 @@ class Session:
         self.loop = 0
 
     # ---- ranks and directories ----
-    def current_rank(self) -> Optional[int]:
+    def refresh_rank(self) -> Optional[int]:
+        """Look the rank up until it is known. Once it is, a step directory opened as proc{pid} moves to
+        rank{R} (dist was initialised after start(): msprobe renames it the same way)."""
         if not self.rank_fixed:
             r = self._rank_fn()
             if r is not None:
                 self.rank = r
                 self.rank_fixed = True
                 if self._open_dir is not None and paths.parse_process(os.path.basename(self._open_dir)).rank is None:
-                    # dist was initialised after start(): msprobe renames proc{pid} to rank{R}
                     new = self.rank_dir()
                     self.writer.rename(self._open_dir, new)
                     self._open_dir = new
@@ -164,8 +165,8 @@ class Session:
             try:
                 from . import coord  # optional: shared-file-system coordination
 
-                root = coord.resolve_process_root(self.cfg.dump_path, self.current_rank())
-                coord.manifest_register(self.cfg.dump_path, rank=self.current_rank(), root=root,
+                root = coord.resolve_process_root(self.cfg.dump_path, self.rank)
+                coord.manifest_register(self.cfg.dump_path, rank=self.rank, root=root,
                                         config=self.cfg.to_dict())
             except ImportError:
                 pass
@@ -175,7 +176,7 @@ class Session:
         return self.root
 
     def rank_dir(self) -> str:
-        return paths.rank_dir(self._root(), self.step, self.current_rank(), os.getpid())
+        return paths.rank_dir(self._root(), self.step, self.rank, os.getpid())
 
     def header(self, level: Optional[str] = None) -> Dict[str, Any]:
         cfg = self.cfg
@@ -195,9 +196,10 @@ class Session:
         if self.writer.stopped and not self.ended:
             self.stop_for_good()
         if self._open_step == self.step and self._open_kind == kind and self._open_dir is not None:
-            self.current_rank()
+            self.refresh_rank()
             return self._open_dir
         self._open_step = self.step
+        self.refresh_rank()
         d = self.rank_dir()
         if self.ended:
             return d

@@ -50,7 +50,7 @@ def activate_mindspore():
         return _state["mindspore"]
     try:
         from . import config
-        from .mindspore import zero_code as ms_zero_code  # type: ignore[attr-defined]
+        from .mindspore import stepping as ms_zero_code
 
         _state["mindspore"] = ms_zero_code.activate(config.resolve())
         return _state["mindspore"]

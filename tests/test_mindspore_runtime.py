@@ -292,7 +292,7 @@ RESTORE_SCRIPT = """
 import mindspore as ms
 from mindspore import mint, nn, ops
 from msprobe_inject import config
-from msprobe_inject.mindspore import zero_code
+from msprobe_inject.mindspore import stepping as zero_code
 orig = (ops.tanh, mint.mul, ms.Tensor.__add__, nn.Cell.__call__, "__add__" in ms.Tensor.__dict__)
 rt = zero_code.activate(config.build_config({"dump_path": "./zc", "level": "mix"}))
 assert nn.Cell.__call__ is not orig[3]
@@ -302,7 +302,7 @@ assert ops.tanh is not orig[0] and ops.tanh.__wrapped__ is orig[0]
 zero_code.deactivate()
 assert (ops.tanh, mint.mul, ms.Tensor.__add__, nn.Cell.__call__, "__add__" in ms.Tensor.__dict__) == orig
 assert type(net.matmul).__name__ == "MatMul" and not hasattr(type(net.matmul), "_msprobe_inject_orig")
-print("restored", rt.wrappers.count)
+print("restored", rt.fw.apis.wrappers.count)
 """
 
 

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.hooks import BackwardHook
 from util import PREAMBLE, load_dump, rank_dir, run_py
 
-from msprobe_inject.pytorch.hooks import _collect, _ModuleBackward, _rebuild
+from msprobe_inject.pytorch.modules import _collect, _ModuleBackward, _rebuild
 
 
 def _reference(module, hook, pre):

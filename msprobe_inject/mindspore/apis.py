@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any, Callable, Dict, List, Tuple
+
+import mindspore as ms
+from mindspore import ops
+
+from ..dumpformat import names
+from ..recorder import Recorder
+from ..writer import Construct, Merge, Record, Stack, capture_stack
+from .state import DIFF_DTYPES, diff_tensor, requires_grad, tls
 
 _DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "mindspore_apis.json")
 
@@ -31,18 +38,6 @@ DIST_PREFIXES = ("Distributed", "MintDistributed")
 ARGS_AS_OUTPUT = ("MintDistributed",)
 
 
-class ThreadState(threading.local):
-    """Per-thread flags shared by the wrappers and the hooks."""
-
-    def __init__(self) -> None:
-        self.busy = False  # the tool itself is running: everything passes straight through
-        self.in_api = False  # inside a recorded API: nested APIs are neither recorded nor counted
-        self.stack: List[str] = []  # enclosing cell records (construct.json parents, mix-level list)
-        self.frames: List[Any] = []  # cell forward frames between pre- and post-hook
-        self.top = False  # zero-code: inside a top-level Cell call
-
-
-tls = ThreadState()
 
 
 def load_lists() -> Dict[str, Any]:
@@ -108,7 +103,7 @@ class ApiWrappers:
 
     def _make(self, orig: Any, prefix: str, api: str) -> Callable[..., Any]:
         call = self._call
-        base = f"{prefix}.{api}."
+        base = names.api_base(prefix, api)
         state = tls
 
         def wrapper(*args, **kwargs):
@@ -200,4 +195,283 @@ class ApiWrappers:
         if not self._built:
             self._build()
         return len(self._wrapped)
+
+
+
+_HookBackward = ops.HookBackward
+
+
+class ApiHooks:
+    """API records of one recorder: the L1 wrappers, the Primitives of the registered models, and each
+    call's record with its backward through ``ops.HookBackward`` identities."""
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+        self.wrappers = ApiWrappers(self.call_api, lambda: rec.api_on)
+        self._primitives: List[tuple] = []  # (primitive, original class)
+        self._prim_classes: Dict[tuple, type] = {}
+
+    def set_api(self, on: bool) -> None:
+        if on:
+            self.wrappers.install()
+
+    def restore(self) -> None:
+        self.wrappers.restore()
+        for prim, cls in self._primitives:
+            try:
+                prim.__class__ = cls
+            except Exception:
+                pass
+        self._primitives.clear()
+
+    def hook_primitives(self, model) -> None:
+        from mindspore.ops.primitive import Primitive
+
+        found = {}
+        for _, cell in model.cells_and_names():
+            for attr, value in vars(cell).items():
+                if isinstance(value, Primitive) and id(value) not in found \
+                        and type(value).__name__ != "CellBackwardHook":  # MindSpore's own Cell-hook identities
+                    found[id(value)] = (attr, value)
+        for attr, prim in found.values():
+            cls = type(prim)
+            if getattr(cls, "_msprobe_inject_orig", None) is not None:
+                continue  # already hooked
+            name = f"{attr}.{cls.__name__}"
+            new_cls = self._prim_classes.get((cls, name))
+            if new_cls is None:
+                new_cls = type(cls.__name__, (cls,), {"__call__": self._primitive_call(cls.__call__, name),
+                                                      "_msprobe_inject_orig": cls})
+                self._prim_classes[(cls, name)] = new_cls
+            try:
+                prim.__class__ = new_cls
+                self._primitives.append((prim, cls))
+            except TypeError as exc:
+                self.rec.log(f"primitive {name} cannot be hooked: {exc}")
+
+    def _primitive_call(self, orig_call, name: str):
+        base = names.api_base("Primitive", name)
+        rt = self.rec
+        hooks = self
+
+        def __call__(prim, *args, **kwargs):
+            if tls.busy or tls.in_api or os.getpid() != rt.pid:
+                return orig_call(prim, *args, **kwargs)
+            s = rt.session
+            if not (s.running and rt.api_level):
+                if not s.ended:
+                    s.finish_api(base)  # msprobe counts primitive calls whether or not it is dumping
+                return orig_call(prim, *args, **kwargs)
+
+            def call(*a, **k):
+                return orig_call(prim, *a, **k)
+
+            return hooks.call_api(call, base, "Primitive", name, args, kwargs)
+
+        return __call__
+
+    def call_api(self, func, base: str, prefix: str, api: str, args: tuple, kwargs: dict):
+        s = self.rec.session
+        if not s.running or os.getpid() != self.rec.pid:
+            return func(*args, **kwargs)
+        idx = s.api_counts.get(base, 0)
+        fkey = names.api_key(base, idx, names.FORWARD)
+        bkey = names.api_key(base, idx, names.BACKWARD)
+        stack = tls.stack
+        keep = s.filters.keep(fkey, stack) if s.filters.active else True
+        grad = self.rec.bwd and prefix not in DIST_PREFIXES and requires_grad()
+        if not keep:
+            tls.in_api = True
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                tls.in_api = False
+            s.finish_api(base)
+            if self.rec.construct and self.rec.level == "mix":
+                s.ensure_open()
+                s.writer.send(Construct(fkey, stack[-1] if stack else None))  # msprobe places filtered APIs too
+            return out
+        body: Dict[str, Any] = {}
+        pending = []
+        call_args = args
+        bstate = None
+        tls.busy = True
+        try:
+            if self.rec.fwd and self.rec.inp:
+                files = self.rec.encoder.wants_files(fkey)
+                enc = self.rec.encoder
+                body["input_args"] = enc.encode(list(args), pending, f"{fkey}.input" if files else None)
+                body["input_kwargs"] = enc.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
+            if self.rec.fwd and self.rec.extra:
+                s.writer.send(Stack(fkey, capture_stack(2)))
+            if grad:
+                bstate = {"key": bkey, "set": False, "in": None, "out": None}
+                if not is_inplace(api):
+                    call_args = self._hook_inputs(args, bstate, per_input=prefix == "Primitive")
+        except Exception as exc:
+            self.rec.log(f"{fkey}: input capture failed: {type(exc).__name__}: {exc}")
+        finally:
+            tls.busy = False
+        tls.in_api = True
+        try:
+            out = func(*call_args, **kwargs)
+        except BaseException:
+            tls.in_api = False
+            s.finish_api(base)
+            if self.rec.fwd:
+                s.ensure_open()
+                s.writer.send(Record(fkey, body, pending))  # msprobe keeps the inputs of a call that raised
+            raise
+        tls.in_api = False
+        s.finish_api(base)
+        tls.busy = True
+        try:
+            if prefix in DIST_PREFIXES:
+                out = self._dist_sync(func, api, args, kwargs, out)
+            if self.rec.fwd and self.rec.outp:
+                files = self.rec.encoder.wants_files(fkey)
+                if prefix in ARGS_AS_OUTPUT:
+                    value = list(args) + list(kwargs.values())
+                else:
+                    value = list(out) if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out]
+                body["output"] = self.rec.encoder.encode(value, pending, f"{fkey}.output" if files else None)
+            if self.rec.fwd:
+                s.ensure_open()
+                s.writer.send(Record(fkey, body, pending))
+            if self.rec.construct:
+                s.ensure_open()
+                s.writer.send(Construct(fkey, stack[-1] if stack else None))
+            s.filters.finished(fkey)
+            if bstate is not None and not is_inplace(api):
+                out = self._hook_outputs(out, bstate)
+        except Exception as exc:
+            self.rec.log(f"{fkey}: output capture failed: {type(exc).__name__}: {exc}")
+        finally:
+            tls.busy = False
+        return out
+
+    @staticmethod
+    def _dist_sync(func, api, args, kwargs, out):
+        """Like msprobe: wait for an asynchronous collective so that its output is recorded complete."""
+        is_async = bool(kwargs.get("async_op", False)) or api in ("isend", "irecv", "batch_isend_irecv")
+        if not is_async:
+            return out
+        handles = out if isinstance(out, list) else [out[1] if isinstance(out, tuple) and len(out) == 2 else out]
+        for h in handles:
+            wait = getattr(h, "wait", None)
+            if callable(wait):
+                wait()
+        return out
+
+    def _hook_inputs(self, args: tuple, bstate: dict, per_input: bool = False) -> tuple:
+        pos = [i for i, a in enumerate(args) if diff_tensor(a)]
+        if not pos:
+            return args
+        new = list(args)
+        if per_input:
+            # msprobe's Primitive hooks: one identity per input, gradients listed in arrival order
+            bstate["in"] = []
+            for i in pos:
+                new[i] = _HookBackward(self._api_in_grad(bstate, append=True))(args[i])
+            return tuple(new)
+        bstate["in"] = [None] * len(pos)
+        hooked = _HookBackward(self._api_in_grad(bstate))(*[args[i] for i in pos])
+        if not isinstance(hooked, (tuple, list)):
+            hooked = (hooked,)
+        for i, t in zip(pos, hooked):
+            new[i] = t
+        return tuple(new)
+
+    def _hook_outputs(self, out: Any, bstate: dict) -> Any:
+        """Route the floating-point outputs through one HookBackward identity (gradients of the outputs).
+
+        Not Tensor.register_hook: a tensor hook travels with the tensor into @jit graphs, which then try to
+        compile the hook's Python code.
+        """
+        if isinstance(out, ms.Tensor):
+            if out.dtype not in DIFF_DTYPES:
+                return out
+            bstate["out"] = [None]
+            return _HookBackward(self._api_out_grad(bstate))(out)
+        if not isinstance(out, (tuple, list)) or hasattr(out, "_fields"):
+            return out
+        pos = [i for i, t in enumerate(out) if diff_tensor(t)]
+        if not pos:
+            return out
+        bstate["out"] = [None] * len(pos)
+        hooked = _HookBackward(self._api_out_grad(bstate))(*[out[i] for i in pos])
+        if not isinstance(hooked, (tuple, list)):
+            hooked = (hooked,)
+        new = list(out)
+        for i, t in zip(pos, hooked):
+            new[i] = t
+        return type(out)(new) if type(out) in (tuple, list) else out
+
+    def _api_out_grad(self, bstate: dict):
+        def hook(grads):
+            if os.getpid() != self.rec.pid or self.rec.session.ended:
+                return None
+            tls.busy = True
+            try:
+                pending = []
+                files = self.rec.encoder.wants_files(bstate["key"])
+                grads = grads if isinstance(grads, (tuple, list)) else (grads,)
+                enc = self.rec.encoder
+                bstate["out"] = [enc.tensor(g, pending, f"{bstate['key']}.input.{j}.npy" if files else None)
+                                 if isinstance(g, ms.Tensor) else None for j, g in enumerate(grads)]
+                self._emit_api_backward(bstate, pending, "input")
+            except Exception as exc:
+                self.rec.log(f"{bstate['key']}: backward capture failed: {type(exc).__name__}: {exc}")
+            finally:
+                tls.busy = False
+            return None
+
+        return hook
+
+    def _api_in_grad(self, bstate: dict, append: bool = False):
+        def hook(grads):
+            if os.getpid() != self.rec.pid or self.rec.session.ended:
+                return None
+            tls.busy = True
+            try:
+                pending = []
+                files = self.rec.encoder.wants_files(bstate["key"])
+                grads = grads if isinstance(grads, (tuple, list)) else (grads,)
+                first = len(bstate["in"]) if append else 0
+                enc = self.rec.encoder
+                entries = [enc.tensor(g, pending, f"{bstate['key']}.output.{first + j}.npy" if files else None)
+                           if isinstance(g, ms.Tensor) else None for j, g in enumerate(grads)]
+                bstate["in"] = bstate["in"] + entries if append else entries
+                self._emit_api_backward(bstate, pending, "output")
+            except Exception as exc:
+                self.rec.log(f"{bstate['key']}: backward capture failed: {type(exc).__name__}: {exc}")
+            finally:
+                tls.busy = False
+            return None
+
+        return hook
+
+    def _emit_api_backward(self, bstate: dict, pending, changed: str) -> None:
+        s = self.rec.session
+        bkey = bstate["key"]
+        if s.filters.active and not bstate["set"] and not s.filters.keep(bkey, []):
+            bstate["set"] = True
+            bstate["dropped"] = True
+            return
+        if bstate.get("dropped"):
+            return
+        body: Dict[str, Any] = {}
+        if self.rec.inp and (changed == "input" or not bstate["set"]):
+            body["input"] = list(bstate["out"] or [])
+        if self.rec.outp and (changed == "output" or not bstate["set"]):
+            body["output"] = list(bstate["in"] or [])
+        s.ensure_open()
+        if not bstate["set"]:
+            bstate["set"] = True
+            if self.rec.construct:
+                st = tls.stack
+                s.writer.send(Construct(bkey, st[-1] if st else None))
+            s.writer.send(Record(bkey, body, pending))
+        else:
+            s.writer.send(Merge(bkey, body, pending, False))
 

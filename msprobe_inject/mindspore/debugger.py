@@ -10,21 +10,22 @@ import numpy as np
 
 from .. import config as _config
 from ..debugger_base import DebuggerBase
-from . import hooks
+from ..recorder import Recorder
+from .adapter import new_recorder
 
 
-def get_runtime() -> Optional[hooks.Runtime]:
+def get_runtime() -> Optional[Recorder]:
     return PrecisionDebugger.get_runtime()
 
 
-def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> hooks.Runtime:
+def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> Recorder:
     return PrecisionDebugger.install_runtime(cfg, zero_code)
 
 
 class PrecisionDebugger(DebuggerBase):
     """msprobe.mindspore.PrecisionDebugger; the shared behaviour lives in DebuggerBase."""
 
-    runtime_class = hooks.Runtime
+    runtime_class = staticmethod(new_recorder)
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:

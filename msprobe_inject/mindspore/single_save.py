@@ -26,7 +26,7 @@ _lock = threading.Lock()
 
 
 def _rank() -> int:
-    from .hooks import rank_or_env
+    from .state import rank_or_env
 
     r = rank_or_env()
     return 0 if r is None else r
@@ -71,7 +71,7 @@ def save(save_dir: str, name: str, data: Any) -> None:
     """Save a Tensor, or a list/tuple/dict nesting Tensors, as .npy files of the current step."""
     if not isinstance(save_dir, str) or not isinstance(name, str):
         raise TypeError("save(save_dir, name, data): save_dir and name must be str")
-    from .apis import tls
+    from .state import tls
 
     busy, tls.busy = tls.busy, True  # our own tensor reads must not be recorded by an L1 dump
     try:
@@ -89,7 +89,7 @@ def save_grad(save_dir: str, name: str, data: ms.Tensor) -> ms.Tensor:
     gname = f"{name}_grad"
 
     def hook(grad):
-        from .apis import tls
+        from .state import tls
 
         busy, tls.busy = tls.busy, True
         try:

@@ -1,341 +1,269 @@
-"""Which torch callables are dumped at L1, and under which msprobe name.
+"""API interception: a TorchFunctionMode pushed while dumping sees every torch function call on its thread.
 
-The TorchFunctionMode receives the callable object itself (``torch._C._nn.gelu``, ``TensorBase.add``),
-so names come from a table built once from msprobe's API list. Python operators reach the mode as
-the plain method (``a + b`` arrives as ``TensorBase.add``); msprobe records them under the dunder
-(``Tensor.__add__``, ``Tensor.__radd__``), so the calling instruction decides the name.
+Nothing in torch is replaced: ``F.gelu``, ``torch.matmul`` and ``torch.Tensor.add`` stay the original objects.
+An API's backward record comes from a hook on its output's ``grad_fn``, which never changes a gradient.
+This is the hot path (every call of every listed API), so its ceremony is spelled out here rather than
+through the recorder's guarded helpers: one quiet section for the inputs, one for the outputs.
 """
 
 from __future__ import annotations
 
-import dis
-import json
 import os
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-_DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "pytorch_apis.json")
+from ..dumpformat import names
+from ..recorder import Recorder
+from ..writer import Construct, Record, Stack, capture_stack
+from . import apinames
+from .state import loud, quiet, tls
 
-# (prefix, api) per callable, e.g. F.gelu -> ("Functional", "gelu")
-ApiName = Tuple[str, str]
-
-_BINARY = {  # method name -> (operator symbol -> dunder)
-    "add": {"+": "__add__", "+=": "__iadd__"},
-    "sub": {"-": "__sub__", "-=": "__isub__"},
-    "mul": {"*": "__mul__", "*=": "__imul__"},
-    "matmul": {"@": "__matmul__"},
-    "div": {"/": "__truediv__"},
-    "remainder": {"%": "__mod__"},
-    "bitwise_and": {"&": "__rand__"},
-    "bitwise_or": {"|": "__ror__"},
-    "bitwise_xor": {"^": "__rxor__"},
-    "add_": {"+=": "__iadd__"},
-    "sub_": {"-=": "__isub__"},
-    "mul_": {"*=": "__imul__"},
-    "div_": {"/=": "__itruediv__"},
-    "floor_divide_": {"//=": "__ifloordiv__"},
-    "remainder_": {"%=": "__imod__"},
-    "pow": {"**": "__pow__"},
-    "pow_": {"**=": "__ipow__"},
-}
-_COMPARE = {"ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__", "ge": "__ge__", "eq": "__eq__"}
-_UNARY = {"neg": "__neg__", "abs": "__abs__", "bitwise_not": "__invert__"}
-_REVERSIBLE = {"add": "__radd__", "mul": "__rmul__"}
-_OPERATOR_METHODS = frozenset(_BINARY) | frozenset(_COMPARE) | frozenset(_UNARY)
-_PY311 = sys.version_info >= (3, 11)
-_OLD_BINARY = {  # Python < 3.11 opcode names
-    "BINARY_ADD": "+", "BINARY_SUBTRACT": "-", "BINARY_MULTIPLY": "*", "BINARY_MATRIX_MULTIPLY": "@",
-    "BINARY_TRUE_DIVIDE": "/", "BINARY_MODULO": "%", "BINARY_AND": "&", "BINARY_OR": "|", "BINARY_XOR": "^",
-    "BINARY_POWER": "**", "INPLACE_ADD": "+=", "INPLACE_SUBTRACT": "-=", "INPLACE_MULTIPLY": "*=",
-    "INPLACE_TRUE_DIVIDE": "/=", "INPLACE_FLOOR_DIVIDE": "//=", "INPLACE_MODULO": "%=", "INPLACE_POWER": "**=",
-}
-_TENSOR_PY = os.path.join("torch", "_tensor.py")
+_DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
+_FunctionType = type(lambda: None)
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
-def load_lists() -> Dict[str, Any]:
-    with open(_DATA, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-class ApiTable:
-    """Maps callables to msprobe names and decides, once per callable, whether it is dumped."""
-
-    def __init__(self, risk_level: str = "FOCUS", all_apis: bool = False):
-        lists = load_lists()
-        self.all_apis = all_apis
-        core = set(lists["core"]) | {"chain_matmul", "linear"}  # msprobe's CORE set loses these to a typo
-        core.discard("chain_matmullinear")
-        low = set(lists["low"])
-        self.names: Dict[Any, ApiName] = {}
-        self.listed: Dict[Any, bool] = {}  # callable -> passes risk_level
-        import torch.distributed as dist
-        import torch.nn.functional as F
-
-        sources = [
-            ("VF", (torch._VF,), lists.get("_VF", [])),
-            ("Functional", (F,), lists["functional"]),
-            ("Distributed", (dist, getattr(dist, "distributed_c10d", dist)), lists["distributed"]),
-            ("Torch", (torch,), lists["torch"]),
-            ("Tensor", (torch.Tensor,), lists["tensor"]),
-        ]
-        try:  # torch_npu ops whenever torch_npu is importable
-            import torch_npu  # type: ignore
-
-            sources.append(("NPU", (torch_npu, torch.ops.npu), lists.get("torch_npu", [])))
-        except Exception:
-            pass
-        for prefix, modules, names in sources:
-            for name in names:
-                for mod in modules:
-                    obj = _resolve(mod, name)
-                    if obj is None:
-                        continue
-                    api = name.rsplit(".", 1)[-1]
-                    try:
-                        if obj in self.names:  # first source wins (F.conv2d is torch.conv2d)
-                            continue
-                        self.names[obj] = (prefix, api)
-                    except TypeError:
-                        continue
-                    if prefix in ("Distributed", "NPU", "MindSpeed") or risk_level == "ALL":
-                        keep = True
-                    elif risk_level == "CORE":
-                        keep = api in core
-                    else:
-                        keep = api not in low
-                    self.listed[obj] = keep
-                    break
-        self._custom: Dict[Any, ApiName] = {}
-
-    def lookup(self, func) -> Optional[ApiName]:
-        try:
-            return self.names.get(func)
-        except TypeError:
+def _first_tensor(value):
+    seen = 0
+    while not isinstance(value, torch.Tensor):
+        seen += 1
+        if seen > 64:
             return None
-
-    def name_for_unlisted(self, func) -> ApiName:
-        qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
-        if qual.startswith(("TensorBase.", "Tensor.")):
-            return "Tensor", qual.split(".", 1)[1]
-        mod = getattr(func, "__module__", None) or ""
-        if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
-            return "Functional", qual
-        if mod.startswith("torch.distributed"):
-            return "Distributed", qual
-        return "Torch", qual.rsplit(".", 1)[-1]
-
-
-def _resolve(mod, dotted: str):
-    obj = mod
-    for part in dotted.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-# ---------------------------------------------------------------- operator naming
-_code_cache: Dict[Tuple[Any, int], Optional[Tuple[str, tuple]]] = {}
-
-
-def operator_name(method: str, frame, args) -> Optional[str]:
-    """The dunder msprobe would record for a TensorBase method reached through a Python operator, else None."""
-    if method not in _OPERATOR_METHODS or frame is None:
-        return None
-    code = frame.f_code
-    if code.co_name == "wrapped" and code.co_filename.endswith(_TENSOR_PY):
-        frame = frame.f_back  # torch/_tensor.py wraps __pow__, __ipow__, ...
-        if frame is None:
-            return None
-        code = frame.f_code
-    key = (code, frame.f_lasti)
-    info = _code_cache.get(key, False)
-    if info is False:
-        info = _code_cache[key] = _analyse(code, frame.f_lasti)
-    if info is None:
-        return None
-    kind, left = info
-    if kind in ("unary",):
-        return _UNARY.get(method)
-    if kind in _COMPARE_SYMS:
-        return _COMPARE.get(method)
-    table = _BINARY.get(method)
-    if table is None or kind not in table:
-        return None
-    dunder = table[kind]
-    rev = _REVERSIBLE.get(method)
-    if rev and kind in ("+", "*") and len(args) > 1 and not isinstance(args[1], torch.Tensor):
-        if _left_is_scalar(left, frame, args):
-            return rev
-    return dunder
-
-
-_COMPARE_SYMS = frozenset(("==", "!=", "<", "<=", ">", ">="))
-
-
-def _analyse(code, lasti: int):
-    try:
-        instrs = list(dis.get_instructions(code))
-    except Exception:
-        return None
-    idx = _at(instrs, lasti)
-    if idx is None:
-        return None
-    ins = instrs[idx]
-    if ins.opname == "BINARY_OP":
-        sym = ins.argrepr
-    elif ins.opname in _OLD_BINARY:
-        sym = _OLD_BINARY[ins.opname]
-    elif ins.opname == "COMPARE_OP":
-        return ins.argrepr, ()
-    elif ins.opname in ("UNARY_NEGATIVE", "UNARY_INVERT"):
-        return "unary", ()
-    else:
-        return None
-    return sym, _left_operand(instrs, idx)
-
-
-def _left_operand(instrs, idx) -> tuple:
-    """Instructions that computed the left operand of the binary op at idx (straight-line code only)."""
-    depth = 0
-    i = idx - 1
-    right_start = None
-    while i >= 0:
-        ins = instrs[i]
-        if ins.opname in ("CACHE", "EXTENDED_ARG", "NOP", "RESUME"):
-            i -= 1
-            continue
-        try:
-            eff = dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
-        except (ValueError, TypeError):
-            return ()
-        depth += eff
-        if right_start is None and depth >= 1:
-            right_start = i
-            depth -= 1
-            i -= 1
-            continue
-        if right_start is not None and depth >= 1:
-            return tuple((x.opname, x.argval) for x in instrs[i:right_start]
-                         if x.opname not in ("CACHE", "EXTENDED_ARG", "NOP"))
-        i -= 1
-    return ()
-
-
-def _left_is_scalar(left: tuple, frame, args) -> bool:
-    """Best effort: does the left operand evaluate to a non-tensor? (then the op was reflected)"""
-    if not left:
-        return False
-    loads = [(op, val) for op, val in left if op.startswith("LOAD_")]
-    if len(left) == 1 and left[0][0] == "LOAD_CONST":
-        return True
-    # a simple name or attribute chain: evaluate it
-    if loads and len(loads) == len(left) and left[0][0] in ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF") \
-            and all(op in ("LOAD_ATTR",) for op, _ in left[1:]):
-        ok, val = _lookup(frame, left[0][1])
-        if not ok:
-            return False
-        try:
-            for _, attr in left[1:]:
-                val = getattr(val, attr)
-        except Exception:
-            return False
-        return not isinstance(val, torch.Tensor)
-    # an expression: scalar when none of the names it loads is a tensor
-    for op, val in loads:
-        if op in ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF"):
-            ok, v = _lookup(frame, val)
-            if not ok or isinstance(v, torch.Tensor) or isinstance(v, torch.nn.Module):
-                return False
-    return True
-
-
-def _lookup(frame, name):
-    if not isinstance(name, str):
-        return False, None
-    for ns in (frame.f_locals, frame.f_globals, frame.f_builtins):
-        if name in ns:
-            return True, ns[name]
-    return False, None
-
-
-# ---------------------------------------------------------------- argument spelling
-_sig_cache: Dict[Any, Any] = {}
-_call_cache: Dict[Tuple[Any, int], Any] = {}
-_CALL_OPS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_KW")
-
-
-def respell(func, args, kwargs, frame):
-    """Restore the caller's positional/keyword split for a Python-level torch function.
-
-    ``F.layer_norm(x, shape, w, b, eps)`` re-dispatches itself as ``(x, shape, weight=w, bias=b, eps=eps)``;
-    msprobe records the call as the caller wrote it, so the caller's CALL instruction decides.
-    """
-    try:
-        # frame: handle_torch_function -> the torch function -> its caller
-        if frame is None or frame.f_code.co_name != "handle_torch_function":
-            return args, kwargs
-        caller = frame.f_back.f_back if frame.f_back is not None else None
-        if caller is None:
-            return args, kwargs
-        key = (caller.f_code, caller.f_lasti)
-        spelled = _call_cache.get(key, False)
-        if spelled is False:
-            spelled = _call_cache[key] = _call_spelling(caller.f_code, caller.f_lasti)
-        if spelled is None:
-            return args, kwargs
-        n_pos, kw_names = spelled
-        sig = _sig_cache.get(func)
-        if sig is None:
-            import inspect
-
-            sig = _sig_cache[func] = inspect.signature(func)
-        bound = sig.bind(*args, **kwargs).arguments
-        names = list(bound)
-        if names and names[0] == "self":
-            n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
-        if n_pos > len(names):
-            return args, kwargs
-        new_args = tuple(bound[n] for n in names[:n_pos])
-        new_kwargs = {n: bound[n] for n in kw_names if n in bound}
-        return new_args, new_kwargs
-    except Exception:
-        return args, kwargs
-
-
-def _call_spelling(code, lasti):
-    try:
-        instrs = list(dis.get_instructions(code))
-    except Exception:
-        return None
-    idx = _at(instrs, lasti)
-    if idx is None or instrs[idx].opname not in _CALL_OPS:
-        return None
-    ins = instrs[idx]
-    argc = ins.arg or 0
-    kw: tuple = ()
-    if ins.opname == "CALL_FUNCTION_KW" or ins.opname == "CALL_KW":
-        prev = instrs[idx - 1]
-        if prev.opname == "LOAD_CONST" and isinstance(prev.argval, tuple):
-            kw = prev.argval
+        if isinstance(value, dict):
+            value = next((v for v in value.values() if isinstance(v, torch.Tensor)), None)
+            if value is None:
+                return None
+        elif isinstance(value, (list, tuple)) and value:
+            value = value[0]
         else:
             return None
-    elif ins.opname == "CALL":
-        j = idx - 1
-        while j >= 0 and instrs[j].opname in ("PRECALL", "CACHE", "EXTENDED_ARG"):
-            j -= 1
-        if j >= 0 and instrs[j].opname == "KW_NAMES":
-            kw = instrs[j].argval if isinstance(instrs[j].argval, tuple) else code.co_consts[instrs[j].arg]
-    return argc - len(kw), tuple(kw)
+    return value
 
 
-def _at(instrs, lasti: int):
-    """Index of the instruction executing at lasti (3.11 may report the offset of its last cache entry)."""
-    best = None
-    for i, ins in enumerate(instrs):
-        if ins.offset > lasti:
-            break
-        best = i
-    return best
+class DumpMode(TorchFunctionMode):
+    """Sees every torch function call on the thread that pushed it; dumps the listed ones."""
+
+    def __init__(self, hooks: ApiHooks):
+        super().__init__()
+        self.hooks = hooks
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        h = self.hooks
+        if tls.busy or tls.in_api or not h.rec.api_on or _is_compiling():
+            return func(*args, **kwargs)
+        info = h.resolve(func, args)
+        if info is None:
+            return func(*args, **kwargs)
+        rec = None
+        if type(func) is _FunctionType and kwargs and h.rec.session.running:
+            rec = apinames.respell(func, args, kwargs, sys._getframe(1))  # for the record only
+        return h.call_api(func, info, args, kwargs, rec)
+
+
+class ApiHooks:
+    """API records of one recorder: naming (apinames), the dump mode, and each call's record."""
+
+    def __init__(self, rec: Recorder):
+        cfg = rec.cfg
+        self.rec = rec
+        self.all_apis = cfg.all_apis
+        self.table = apinames.ApiTable(cfg.risk_level, cfg.all_apis)
+        lists = apinames.load_lists()
+        low = set(lists["low"])
+        self.tensor_dunders = {n: (cfg.risk_level == "ALL" or n not in low)
+                               for n in lists["tensor"] if n.startswith("__")}
+        self._bases: Dict[tuple, str] = {}
+        self.mode = DumpMode(self)
+        self.mode_pushed = False
+        self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
+
+    def set_api(self, on: bool) -> None:
+        if on and not self.mode_pushed:
+            self.mode.__enter__()
+            self.mode_pushed = True
+        elif not on and self.mode_pushed:
+            from torch.overrides import _get_current_function_mode
+
+            if _get_current_function_mode() is self.mode:
+                self.mode.__exit__(None, None, None)
+                self.mode_pushed = False
+
+    def _base(self, prefix: str, api: str) -> str:
+        key = (prefix, api)
+        base = self._bases.get(key)
+        if base is None:
+            base = self._bases[key] = names.api_base(prefix, api)
+        return base
+
+    def resolve(self, func, args):
+        """(base name, listed, prefix, api) for a torch callable, or None when it is not an API msprobe wraps."""
+        name = self.table.lookup(func)
+        if name is None:
+            if not self.all_apis:
+                return None
+            name = self.table.name_for_unlisted(func)
+            listed = True
+        else:
+            listed = self.table.listed.get(func, True)
+        prefix, api = name
+        if prefix == "Tensor" and api in apinames._OPERATOR_METHODS:
+            dunder = apinames.operator_name(api, sys._getframe(2), args)
+            if dunder is not None:
+                if dunder not in self.tensor_dunders and not self.all_apis:
+                    return None
+                api = dunder
+                listed = self.tensor_dunders.get(dunder, True)
+        return self._base(prefix, api), listed, prefix, api
+
+    def call_api(self, func, info, args, kwargs, respelled=None):
+        base, listed, prefix, api = info
+        rec = self.rec
+        s = rec.session
+        if not s.running or os.getpid() != rec.pid:
+            return func(*args, **kwargs)
+        idx = s.api_counts.get(base, 0)
+        fkey = names.api_key(base, idx, names.FORWARD)
+        stack = tls.stack
+        keep = listed and (s.filters.keep(fkey, stack) if s.filters.active else True)
+        if not keep:
+            tls.in_api = True
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                tls.in_api = False
+            s.finish_api(base)
+            if rec.construct and rec.level == "mix":
+                # msprobe records the tree position of filtered APIs too
+                guard = quiet()
+                try:
+                    s.ensure_open()
+                    rec.writer.send(Construct(fkey, self._parent(stack)))
+                    self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs,
+                                            False)
+                except Exception as exc:
+                    rec.log(f"{fkey}: construct capture failed: {exc}")
+                finally:
+                    loud(guard)
+            return out
+        body: Dict[str, Any] = {}
+        pending: list = []
+        guard = quiet()
+        try:
+            ra, rk = respelled if respelled is not None else (args, kwargs)
+            self._inputs(fkey, prefix, api, ra, rk, body, pending)
+        except Exception as exc:
+            rec.log(f"{fkey}: input capture failed: {type(exc).__name__}: {exc}")
+        finally:
+            loud(guard)
+        tls.in_api = True
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            tls.in_api = False
+        s.finish_api(base)
+        guard = quiet()
+        try:
+            self._outputs(fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack)
+        except Exception as exc:
+            rec.log(f"{fkey}: output capture failed: {type(exc).__name__}: {exc}")
+        finally:
+            loud(guard)
+        return out
+
+    def _inputs(self, fkey, prefix, api, args, kwargs, body, pending):
+        rec = self.rec
+        if not (rec.fwd and rec.inp):
+            return
+        enc = rec.encoder
+        files = enc.wants_files(fkey)
+        ignore = _IGNORE.get((prefix, api)) if prefix in ("Distributed", "NPU") else None
+        a = args
+        kw = kwargs
+        if ignore:
+            pos = ignore.get("input", ())
+            a = [None if i in pos else v for i, v in enumerate(args)]
+            kw = {k: (None if k in pos else v) for k, v in kwargs.items()}
+        body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
+        body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None)
+        if rec.extra:
+            rec.writer.send(Stack(fkey, capture_stack(3)))
+
+    def _outputs(self, fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack):
+        rec = self.rec
+        s = rec.session
+        enc = rec.encoder
+        files = enc.wants_files(fkey)
+        if rec.fwd and rec.outp:
+            if prefix == "Distributed":
+                value = list(args) + list(kwargs.values())
+                pos = (_IGNORE.get((prefix, api)) or {}).get("output", ())
+                value = [None if i in pos else v for i, v in enumerate(value)]
+            else:
+                value = out if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out]
+                if isinstance(out, tuple) and not hasattr(out, "_fields") and type(out) is not tuple:
+                    value = list(out)
+            body["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
+        if rec.fwd:
+            s.ensure_open()
+            rec.writer.send(Record(fkey, body, pending))
+        if rec.construct:
+            rec.writer.send(Construct(fkey, self._parent(stack)))
+        s.filters.finished(fkey)
+        if rec.bwd and prefix != "Distributed":
+            self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs, True)
+
+    def _parent(self, stack):
+        if self.optimizer_running and self.rec.level == "mix":
+            return "optimizer"
+        return stack[-1] if stack else None
+
+    def _register_backward(self, out, bkey, prefix, api, args, kwargs, record: bool) -> None:
+        if api in _DROPOUT and prefix == "Functional":
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            if p == 0:
+                return
+        t = _first_tensor(out)
+        if t is not None and t.requires_grad and torch.is_grad_enabled() and t.grad_fn is not None:
+            t.grad_fn.register_hook(self._backward_hook(bkey, record))
+
+    def _backward_hook(self, bkey: str, record: bool = True):
+        rec = self.rec
+
+        def hook(grad_inputs, grad_outputs):
+            if tls.busy or os.getpid() != rec.pid or rec.session.ended:
+                return None
+            guard = quiet()
+            try:
+                rec.place(bkey, tls.stack[-1] if tls.stack else None)
+                if record and rec.keep(bkey, []):
+                    rec.backward_record(bkey, grad_outputs, grad_inputs)
+            except Exception as exc:
+                rec.log(f"{bkey}: backward capture failed: {type(exc).__name__}: {exc}")
+            finally:
+                loud(guard)
+            return None
+
+        return hook
+
+    def call_custom(self, func, prefix: str, api: str, args, kwargs):
+        """register_custom_api's wrapper body."""
+        if tls.in_api or tls.busy or not self.rec.session.running:
+            return func(*args, **kwargs)
+        return self.call_api(func, (self._base(prefix, api), True, prefix, api), args, kwargs)
+
+
+def _load_ignore() -> Dict[tuple, Dict[str, tuple]]:
+    raw = apinames.load_lists().get("ignore", {})
+    out: Dict[tuple, Dict[str, tuple]] = {}
+    for prefix, apis_ in raw.items():
+        for api, rules in (apis_ or {}).items():
+            out[(prefix, api)] = {k: tuple(v) for k, v in rules.items()}
+    return out
+
+
+_IGNORE = _load_ignore()

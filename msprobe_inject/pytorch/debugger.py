@@ -11,21 +11,23 @@ import torch
 
 from .. import config as _config
 from ..debugger_base import DebuggerBase
-from . import hooks
+from ..dumpformat import names
+from ..recorder import Recorder
+from .adapter import new_recorder
 
 
-def get_runtime() -> Optional[hooks.Runtime]:
+def get_runtime() -> Optional[Recorder]:
     return PrecisionDebugger.get_runtime()
 
 
-def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> hooks.Runtime:
+def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> Recorder:
     return PrecisionDebugger.install_runtime(cfg, zero_code)
 
 
 class PrecisionDebugger(DebuggerBase):
     """msprobe.pytorch.PrecisionDebugger; the shared behaviour lives in DebuggerBase."""
 
-    runtime_class = hooks.Runtime
+    runtime_class = staticmethod(new_recorder)
 
     @classmethod
     def _check_start(cls, model: Any, token_range: Any) -> None:
@@ -47,7 +49,7 @@ class PrecisionDebugger(DebuggerBase):
         _custom_originals[(id(module), api)] = orig
 
         def wrapper(*args, **kwargs):
-            return rt.call_custom(orig, prefix, api, args, kwargs)
+            return rt.fw.apis.call_custom(orig, prefix, api, args, kwargs)
 
         wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
         wrapper.__name__ = getattr(orig, "__name__", api)
@@ -61,6 +63,7 @@ class PrecisionDebugger(DebuggerBase):
 
 
 _custom_originals: dict = {}
+_module_dump: dict = {}  # the module of module_dump(), until module_dump_end()
 
 
 def module_dump(module: torch.nn.Module, dump_name: str) -> None:
@@ -72,14 +75,15 @@ def module_dump(module: torch.nn.Module, dump_name: str) -> None:
         raise TypeError(f"module_dump: module must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(dump_name, str):
         raise TypeError("module_dump: dump_name must be a str")
-    if module in rt.module_names:
+    hooks = rt.fw.modules
+    if module in hooks.names:
         return  # already hooked by start(model)
-    prefix = f"Module.{dump_name}.{type(module).__name__}."
-    rt.module_names[module] = prefix
-    rt._md_prefix = prefix
-    rt._md_module = module
+    prefix = names.module_prefix("Module", dump_name, type(module).__name__)
+    hooks.names[module] = prefix
+    hooks.md_prefix = prefix
+    _module_dump["module"] = module
     rt.api_suspended = True
-    rt._set_api(False)
+    rt.set_api(False)
     if rt.cfg.level not in ("L0", "mix"):
         rt.module_level = True
 
@@ -88,15 +92,14 @@ def module_dump_end() -> None:
     rt = PrecisionDebugger._rt()
     if rt is None:
         return
-    mod = getattr(rt, "_md_module", None)
+    mod = _module_dump.pop("module", None)
     if mod is not None:
-        rt.module_names.pop(mod, None)
-    rt._md_module = None
-    rt._md_prefix = None
+        rt.fw.modules.names.pop(mod, None)
+    rt.fw.modules.md_prefix = None
     rt.api_suspended = False
     rt.module_level = rt.cfg.level in ("L0", "mix")
     if rt.session.running:
-        rt._set_api(rt.api_level)
+        rt.set_api(rt.api_level)
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False, is_enhanced: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""Zero-code mode for MindSpore: ``activate(cfg)`` is called by ``msprobe_inject.zero_code.activate_mindspore()``.
+"""Step boundaries of zero-code MindSpore runs: ``activate(cfg)`` is called by
+``msprobe_inject.zero_code.activate_mindspore()``.
 
 MindSpore 2.10 has no global Cell hooks (only per-Cell ones), so a thin wrapper on ``nn.Cell.__call__``
 sees top-level Cell calls; everything below the top level is hooked with MindSpore's per-Cell hooks.
@@ -18,6 +19,7 @@ import weakref
 from typing import Any, Optional
 
 from ..config import DumpConfig
+from ..recorder import Recorder
 
 _state: dict = {"orig_call": None, "runtime": None}
 
@@ -27,10 +29,9 @@ def activate(cfg: DumpConfig):
     from mindspore import nn
 
     from . import debugger
-    from .apis import tls
-    from .hooks import Runtime, graph_mode, is_optimizer
+    from .state import graph_mode, is_optimizer, tls
 
-    rt: Runtime = debugger.install_runtime(cfg, zero_code=True)
+    rt: Recorder = debugger.install_runtime(cfg, zero_code=True)
     if _state["orig_call"] is not None:
         return rt
     try:
@@ -41,7 +42,6 @@ def activate(cfg: DumpConfig):
         pass
     orig_call = nn.Cell.__call__
     kinds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-    auto = {"started": False}
 
     def kind_of(cell) -> str:
         k = kinds.get(cell)
@@ -59,20 +59,15 @@ def activate(cfg: DumpConfig):
         if rt.manual or os.getpid() != rt.pid or rt.session.ended or graph_mode():
             return None
         k = kind_of(cell)
-        if k != "optimizer" and id(cell) not in rt.hooked_models:
-            rt.register_model(cell, skip_optimizers=True)
-        if k != "optimizer" and not auto["started"]:
-            auto["started"] = True
-            rt.start(lazy=True)
+        if k != "optimizer":
+            rt.top_level_call(cell)
         return k
 
     def after(k: Optional[str]) -> None:
-        if k is None or rt.manual or not auto["started"]:
-            return
-        step_on = rt.cfg.step_on
-        if (step_on == "optimizer" and k in ("optimizer", "train_step")) or (step_on == "forward" and k == "model"):
-            rt.step()
-            rt.start(lazy=True)
+        if k in ("optimizer", "train_step"):
+            rt.step_boundary("optimizer")
+        elif k == "model":
+            rt.step_boundary("forward")
 
     def __call__(self, *args: Any, **kwargs: Any):
         if tls.top or tls.busy:
@@ -96,15 +91,7 @@ def activate(cfg: DumpConfig):
     _state["orig_call"] = orig_call
     _state["runtime"] = rt
     nn.Cell.__call__ = __call__
-    os.register_at_fork(after_in_child=_inert_child)
     return rt
-
-
-def _inert_child() -> None:
-    rt = _state["runtime"]
-    if rt is not None:
-        rt.session.running = False
-        rt.api_on = False
 
 
 def deactivate() -> None:

@@ -1,0 +1,93 @@
+"""Per-thread state of the MindSpore adapter, shared by its API wrappers, cell hooks and stepping wrapper,
+and the facts about MindSpore's execution they all ask."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, List, Optional
+
+import mindspore as ms
+
+DIFF_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64, ms.complex64, ms.complex128)
+try:
+    from mindspore.common.api import _pynative_executor
+except ImportError:  # pragma: no cover
+    _pynative_executor = None
+
+
+class ThreadState(threading.local):
+    """Per-thread flags shared by the wrappers and the hooks."""
+
+    def __init__(self) -> None:
+        self.busy = False  # the tool itself is running: everything passes straight through
+        self.in_api = False  # inside a recorded API: nested APIs are neither recorded nor counted
+        self.stack: List[str] = []  # enclosing cell records (construct.json parents, mix-level list)
+        self.frames: List[Any] = []  # cell forward frames between pre- and post-hook
+        self.top = False  # zero-code: inside a top-level Cell call
+
+
+tls = ThreadState()
+
+
+class Quiet:
+    """The tool's own tensor work: wrappers and hooks pass straight through while it runs."""
+
+    __slots__ = ("_prev",)
+
+    def __enter__(self) -> None:
+        self._prev = tls.busy
+        tls.busy = True
+
+    def __exit__(self, *exc: Any) -> None:
+        tls.busy = self._prev
+
+
+def requires_grad() -> bool:
+    """True while PyNative records a graph for value_and_grad/grad (backward hooks can fire)."""
+    try:
+        return bool(_pynative_executor.requires_grad())
+    except Exception:
+        return True
+
+
+def graph_mode() -> bool:
+    try:
+        return ms.get_context("mode") == ms.GRAPH_MODE
+    except Exception:
+        return False
+
+
+def diff_tensor(v: Any) -> bool:
+    return isinstance(v, ms.Tensor) and v.dtype in DIFF_DTYPES
+
+
+def rank() -> Optional[int]:
+    try:
+        from mindspore.communication import GlobalComm, get_rank
+
+        if GlobalComm.INITED:
+            return int(get_rank())
+    except Exception:
+        pass
+    return None
+
+
+def rank_or_env() -> Optional[int]:
+    """msrun's RANK_ID counts before mindspore.communication.init()."""
+    from ..session import rank_from_env
+
+    r = rank()
+    return rank_from_env() if r is None else r
+
+
+def is_optimizer(cell: Any) -> bool:
+    from mindspore import nn
+
+    if isinstance(cell, nn.Optimizer):
+        return True
+    try:
+        from mindspore.experimental.optim import Optimizer as ExpOptimizer
+
+        return isinstance(cell, ExpOptimizer)
+    except ImportError:
+        return False

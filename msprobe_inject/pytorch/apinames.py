@@ -1,0 +1,341 @@
+"""Which torch callables are dumped at L1, and under which msprobe name.
+
+The TorchFunctionMode receives the callable object itself (``torch._C._nn.gelu``, ``TensorBase.add``),
+so names come from a table built once from msprobe's API list. Python operators reach the mode as
+the plain method (``a + b`` arrives as ``TensorBase.add``); msprobe records them under the dunder
+(``Tensor.__add__``, ``Tensor.__radd__``), so the calling instruction decides the name.
+"""
+
+from __future__ import annotations
+
+import dis
+import json
+import os
+import sys
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+_DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "pytorch_apis.json")
+
+# (prefix, api) per callable, e.g. F.gelu -> ("Functional", "gelu")
+ApiName = Tuple[str, str]
+
+_BINARY = {  # method name -> (operator symbol -> dunder)
+    "add": {"+": "__add__", "+=": "__iadd__"},
+    "sub": {"-": "__sub__", "-=": "__isub__"},
+    "mul": {"*": "__mul__", "*=": "__imul__"},
+    "matmul": {"@": "__matmul__"},
+    "div": {"/": "__truediv__"},
+    "remainder": {"%": "__mod__"},
+    "bitwise_and": {"&": "__rand__"},
+    "bitwise_or": {"|": "__ror__"},
+    "bitwise_xor": {"^": "__rxor__"},
+    "add_": {"+=": "__iadd__"},
+    "sub_": {"-=": "__isub__"},
+    "mul_": {"*=": "__imul__"},
+    "div_": {"/=": "__itruediv__"},
+    "floor_divide_": {"//=": "__ifloordiv__"},
+    "remainder_": {"%=": "__imod__"},
+    "pow": {"**": "__pow__"},
+    "pow_": {"**=": "__ipow__"},
+}
+_COMPARE = {"ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__", "ge": "__ge__", "eq": "__eq__"}
+_UNARY = {"neg": "__neg__", "abs": "__abs__", "bitwise_not": "__invert__"}
+_REVERSIBLE = {"add": "__radd__", "mul": "__rmul__"}
+_OPERATOR_METHODS = frozenset(_BINARY) | frozenset(_COMPARE) | frozenset(_UNARY)
+_PY311 = sys.version_info >= (3, 11)
+_OLD_BINARY = {  # Python < 3.11 opcode names
+    "BINARY_ADD": "+", "BINARY_SUBTRACT": "-", "BINARY_MULTIPLY": "*", "BINARY_MATRIX_MULTIPLY": "@",
+    "BINARY_TRUE_DIVIDE": "/", "BINARY_MODULO": "%", "BINARY_AND": "&", "BINARY_OR": "|", "BINARY_XOR": "^",
+    "BINARY_POWER": "**", "INPLACE_ADD": "+=", "INPLACE_SUBTRACT": "-=", "INPLACE_MULTIPLY": "*=",
+    "INPLACE_TRUE_DIVIDE": "/=", "INPLACE_FLOOR_DIVIDE": "//=", "INPLACE_MODULO": "%=", "INPLACE_POWER": "**=",
+}
+_TENSOR_PY = os.path.join("torch", "_tensor.py")
+
+
+def load_lists() -> Dict[str, Any]:
+    with open(_DATA, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+class ApiTable:
+    """Maps callables to msprobe names and decides, once per callable, whether it is dumped."""
+
+    def __init__(self, risk_level: str = "FOCUS", all_apis: bool = False):
+        lists = load_lists()
+        self.all_apis = all_apis
+        core = set(lists["core"]) | {"chain_matmul", "linear"}  # msprobe's CORE set loses these to a typo
+        core.discard("chain_matmullinear")
+        low = set(lists["low"])
+        self.names: Dict[Any, ApiName] = {}
+        self.listed: Dict[Any, bool] = {}  # callable -> passes risk_level
+        import torch.distributed as dist
+        import torch.nn.functional as F
+
+        sources = [
+            ("VF", (torch._VF,), lists.get("_VF", [])),
+            ("Functional", (F,), lists["functional"]),
+            ("Distributed", (dist, getattr(dist, "distributed_c10d", dist)), lists["distributed"]),
+            ("Torch", (torch,), lists["torch"]),
+            ("Tensor", (torch.Tensor,), lists["tensor"]),
+        ]
+        try:  # torch_npu ops whenever torch_npu is importable
+            import torch_npu  # type: ignore
+
+            sources.append(("NPU", (torch_npu, torch.ops.npu), lists.get("torch_npu", [])))
+        except Exception:
+            pass
+        for prefix, modules, names in sources:
+            for name in names:
+                for mod in modules:
+                    obj = _resolve(mod, name)
+                    if obj is None:
+                        continue
+                    api = name.rsplit(".", 1)[-1]
+                    try:
+                        if obj in self.names:  # first source wins (F.conv2d is torch.conv2d)
+                            continue
+                        self.names[obj] = (prefix, api)
+                    except TypeError:
+                        continue
+                    if prefix in ("Distributed", "NPU", "MindSpeed") or risk_level == "ALL":
+                        keep = True
+                    elif risk_level == "CORE":
+                        keep = api in core
+                    else:
+                        keep = api not in low
+                    self.listed[obj] = keep
+                    break
+        self._custom: Dict[Any, ApiName] = {}
+
+    def lookup(self, func) -> Optional[ApiName]:
+        try:
+            return self.names.get(func)
+        except TypeError:
+            return None
+
+    def name_for_unlisted(self, func) -> ApiName:
+        qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
+        if qual.startswith(("TensorBase.", "Tensor.")):
+            return "Tensor", qual.split(".", 1)[1]
+        mod = getattr(func, "__module__", None) or ""
+        if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
+            return "Functional", qual
+        if mod.startswith("torch.distributed"):
+            return "Distributed", qual
+        return "Torch", qual.rsplit(".", 1)[-1]
+
+
+def _resolve(mod, dotted: str):
+    obj = mod
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+# ---------------------------------------------------------------- operator naming
+_code_cache: Dict[Tuple[Any, int], Optional[Tuple[str, tuple]]] = {}
+
+
+def operator_name(method: str, frame, args) -> Optional[str]:
+    """The dunder msprobe would record for a TensorBase method reached through a Python operator, else None."""
+    if method not in _OPERATOR_METHODS or frame is None:
+        return None
+    code = frame.f_code
+    if code.co_name == "wrapped" and code.co_filename.endswith(_TENSOR_PY):
+        frame = frame.f_back  # torch/_tensor.py wraps __pow__, __ipow__, ...
+        if frame is None:
+            return None
+        code = frame.f_code
+    key = (code, frame.f_lasti)
+    info = _code_cache.get(key, False)
+    if info is False:
+        info = _code_cache[key] = _analyse(code, frame.f_lasti)
+    if info is None:
+        return None
+    kind, left = info
+    if kind in ("unary",):
+        return _UNARY.get(method)
+    if kind in _COMPARE_SYMS:
+        return _COMPARE.get(method)
+    table = _BINARY.get(method)
+    if table is None or kind not in table:
+        return None
+    dunder = table[kind]
+    rev = _REVERSIBLE.get(method)
+    if rev and kind in ("+", "*") and len(args) > 1 and not isinstance(args[1], torch.Tensor):
+        if _left_is_scalar(left, frame, args):
+            return rev
+    return dunder
+
+
+_COMPARE_SYMS = frozenset(("==", "!=", "<", "<=", ">", ">="))
+
+
+def _analyse(code, lasti: int):
+    try:
+        instrs = list(dis.get_instructions(code))
+    except Exception:
+        return None
+    idx = _at(instrs, lasti)
+    if idx is None:
+        return None
+    ins = instrs[idx]
+    if ins.opname == "BINARY_OP":
+        sym = ins.argrepr
+    elif ins.opname in _OLD_BINARY:
+        sym = _OLD_BINARY[ins.opname]
+    elif ins.opname == "COMPARE_OP":
+        return ins.argrepr, ()
+    elif ins.opname in ("UNARY_NEGATIVE", "UNARY_INVERT"):
+        return "unary", ()
+    else:
+        return None
+    return sym, _left_operand(instrs, idx)
+
+
+def _left_operand(instrs, idx) -> tuple:
+    """Instructions that computed the left operand of the binary op at idx (straight-line code only)."""
+    depth = 0
+    i = idx - 1
+    right_start = None
+    while i >= 0:
+        ins = instrs[i]
+        if ins.opname in ("CACHE", "EXTENDED_ARG", "NOP", "RESUME"):
+            i -= 1
+            continue
+        try:
+            eff = dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+        except (ValueError, TypeError):
+            return ()
+        depth += eff
+        if right_start is None and depth >= 1:
+            right_start = i
+            depth -= 1
+            i -= 1
+            continue
+        if right_start is not None and depth >= 1:
+            return tuple((x.opname, x.argval) for x in instrs[i:right_start]
+                         if x.opname not in ("CACHE", "EXTENDED_ARG", "NOP"))
+        i -= 1
+    return ()
+
+
+def _left_is_scalar(left: tuple, frame, args) -> bool:
+    """Best effort: does the left operand evaluate to a non-tensor? (then the op was reflected)"""
+    if not left:
+        return False
+    loads = [(op, val) for op, val in left if op.startswith("LOAD_")]
+    if len(left) == 1 and left[0][0] == "LOAD_CONST":
+        return True
+    # a simple name or attribute chain: evaluate it
+    if loads and len(loads) == len(left) and left[0][0] in ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF") \
+            and all(op in ("LOAD_ATTR",) for op, _ in left[1:]):
+        ok, val = _lookup(frame, left[0][1])
+        if not ok:
+            return False
+        try:
+            for _, attr in left[1:]:
+                val = getattr(val, attr)
+        except Exception:
+            return False
+        return not isinstance(val, torch.Tensor)
+    # an expression: scalar when none of the names it loads is a tensor
+    for op, val in loads:
+        if op in ("LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF"):
+            ok, v = _lookup(frame, val)
+            if not ok or isinstance(v, torch.Tensor) or isinstance(v, torch.nn.Module):
+                return False
+    return True
+
+
+def _lookup(frame, name):
+    if not isinstance(name, str):
+        return False, None
+    for ns in (frame.f_locals, frame.f_globals, frame.f_builtins):
+        if name in ns:
+            return True, ns[name]
+    return False, None
+
+
+# ---------------------------------------------------------------- argument spelling
+_sig_cache: Dict[Any, Any] = {}
+_call_cache: Dict[Tuple[Any, int], Any] = {}
+_CALL_OPS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_KW")
+
+
+def respell(func, args, kwargs, frame):
+    """Restore the caller's positional/keyword split for a Python-level torch function.
+
+    ``F.layer_norm(x, shape, w, b, eps)`` re-dispatches itself as ``(x, shape, weight=w, bias=b, eps=eps)``;
+    msprobe records the call as the caller wrote it, so the caller's CALL instruction decides.
+    """
+    try:
+        # frame: handle_torch_function -> the torch function -> its caller
+        if frame is None or frame.f_code.co_name != "handle_torch_function":
+            return args, kwargs
+        caller = frame.f_back.f_back if frame.f_back is not None else None
+        if caller is None:
+            return args, kwargs
+        key = (caller.f_code, caller.f_lasti)
+        spelled = _call_cache.get(key, False)
+        if spelled is False:
+            spelled = _call_cache[key] = _call_spelling(caller.f_code, caller.f_lasti)
+        if spelled is None:
+            return args, kwargs
+        n_pos, kw_names = spelled
+        sig = _sig_cache.get(func)
+        if sig is None:
+            import inspect
+
+            sig = _sig_cache[func] = inspect.signature(func)
+        bound = sig.bind(*args, **kwargs).arguments
+        names = list(bound)
+        if names and names[0] == "self":
+            n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
+        if n_pos > len(names):
+            return args, kwargs
+        new_args = tuple(bound[n] for n in names[:n_pos])
+        new_kwargs = {n: bound[n] for n in kw_names if n in bound}
+        return new_args, new_kwargs
+    except Exception:
+        return args, kwargs
+
+
+def _call_spelling(code, lasti):
+    try:
+        instrs = list(dis.get_instructions(code))
+    except Exception:
+        return None
+    idx = _at(instrs, lasti)
+    if idx is None or instrs[idx].opname not in _CALL_OPS:
+        return None
+    ins = instrs[idx]
+    argc = ins.arg or 0
+    kw: tuple = ()
+    if ins.opname == "CALL_FUNCTION_KW" or ins.opname == "CALL_KW":
+        prev = instrs[idx - 1]
+        if prev.opname == "LOAD_CONST" and isinstance(prev.argval, tuple):
+            kw = prev.argval
+        else:
+            return None
+    elif ins.opname == "CALL":
+        j = idx - 1
+        while j >= 0 and instrs[j].opname in ("PRECALL", "CACHE", "EXTENDED_ARG"):
+            j -= 1
+        if j >= 0 and instrs[j].opname == "KW_NAMES":
+            kw = instrs[j].argval if isinstance(instrs[j].argval, tuple) else code.co_consts[instrs[j].arg]
+    return argc - len(kw), tuple(kw)
+
+
+def _at(instrs, lasti: int):
+    """Index of the instruction executing at lasti (3.11 may report the offset of its last cache entry)."""
+    best = None
+    for i, ins in enumerate(instrs):
+        if ins.offset > lasti:
+            break
+        best = i
+    return best

@@ -1,0 +1,305 @@
+"""Module hooks: torch's global module forward hooks, a backward capture per module call, and
+parameter-gradient hooks on each parameter's AccumulateGrad node. No module is changed or wrapped."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from ..dumpformat import names
+from ..recorder import ModuleFrame, Recorder
+from .state import tls
+
+_STRIDED = torch.strided
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+def _fix_view(t):
+    # BackwardHookFunction returns views; reset their creation meta so in-place ops on module
+    # inputs/outputs (nn.ReLU(inplace=True), y.add_()) keep working, as msprobe does.
+    if isinstance(t, torch.Tensor) and t._base is not None:
+        try:
+            if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta(0):
+                torch._C._autograd._set_creation_meta(t, torch._C._autograd.CreationMeta(0))
+        except Exception:
+            pass
+    return t
+
+
+def _hookable(t) -> bool:
+    return isinstance(t, torch.Tensor) and torch.is_grad_enabled() and t.requires_grad
+
+
+def _collect(item, out, depth=0):
+    if depth > 32:
+        return
+    if _hookable(item):
+        out.append(item)
+    elif isinstance(item, (list, tuple)):
+        for v in item:
+            _collect(v, out, depth + 1)
+    elif isinstance(item, dict):
+        for v in item.values():
+            _collect(v, out, depth + 1)
+
+
+def _rebuild(item, it, depth=0):
+    if _hookable(item):
+        return _fix_view(next(it))
+    if depth > 32:
+        return item
+    if isinstance(item, list):
+        return [_rebuild(v, it, depth + 1) for v in item]
+    if isinstance(item, tuple):
+        if hasattr(item, "_fields"):
+            return type(item)(*[_rebuild(v, it, depth + 1) for v in item])
+        return type(item)(_rebuild(v, it, depth + 1) for v in item)
+    if isinstance(item, dict):
+        if type(item) is dict:
+            return {k: _rebuild(v, it, depth + 1) for k, v in item.items()}
+        for k in list(item.keys()):  # ModelOutput and other mappings: in place, as msprobe does
+            item[k] = _rebuild(item[k], it, depth + 1)
+        return item
+    return item
+
+
+_HookFn = torch.nn.modules._functions.BackwardHookFunction
+
+
+class _ModuleBackward:
+    """One module call's full backward hook: ``pre(module, grad_output)`` once the output gradients are
+    in, then ``hook(module, grad_input, grad_output)``, with the tuples torch's ``BackwardHook`` gives.
+
+    A single plain tensor passes through a view (a C++ autograd node) with a node pre-hook; several
+    tensors, or a subclass, through ``BackwardHookFunction`` as in torch. The view costs a tenth of the
+    Python Function ``BackwardHook`` applies to every module input and output."""
+
+    __slots__ = ("module", "hook", "pre", "grad_out", "n_in")
+
+    def __init__(self, module, hook, pre):
+        self.module = module
+        self.hook = hook
+        self.pre = pre
+        self.grad_out = None
+        self.n_in = 0
+
+    def inputs(self, args):
+        tensors: List[torch.Tensor] = []
+        _collect(args, tensors)
+        self.n_in = len(tensors)
+        return self._through(args, tensors, self._on_input) if tensors else args
+
+    def outputs(self, output):
+        tensors: List[torch.Tensor] = []
+        _collect(output, tensors)
+        return self._through(output, tensors, self._on_output) if tensors else output
+
+    @staticmethod
+    def _through(value, tensors, fn):
+        t = tensors[0]
+        if len(tensors) == 1 and type(t) is torch.Tensor and t.layout is _STRIDED and not t.is_nested:
+            hooked = (t.view_as(t),)
+            node = hooked[0].grad_fn
+        else:  # sparse and nested tensors have no view; subclasses keep their own dispatch
+            hooked = _HookFn.apply(*tensors)
+            node = next((h.grad_fn for h in hooked if h.grad_fn is not None
+                         and h.grad_fn.name() == "BackwardHookFunctionBackward"), None)
+        if node is None:
+            return value
+        node.register_prehook(fn)
+        try:
+            return _rebuild(value, iter(hooked))
+        except Exception:
+            return value
+
+    def _on_output(self, grad_outputs):
+        try:
+            g = tuple(grad_outputs)
+            self.grad_out = g
+            self.pre(self.module, g)
+            if self.n_in == 0:  # nothing to wait for: torch's BackwardHook calls the hook here too
+                self.grad_out = None
+                self.hook(self.module, (), g)
+        except Exception:  # the hooks log their own failures; nothing may reach autograd
+            pass
+        return None
+
+    def _on_input(self, grad_inputs):
+        g = self.grad_out
+        if g is None:  # gradient reached the inputs without passing the outputs (double backward)
+            return None
+        self.grad_out = None
+        try:
+            self.hook(self.module, tuple(grad_inputs), g)
+        except Exception:
+            pass
+        return None
+
+
+class ModuleHooks:
+    """The recorder's module records for every named module of the registered models."""
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+        self.names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+        self.md_prefix: Optional[str] = None  # module_dump(): the one module recorded
+        self._acc: Dict[tuple, Any] = {}  # (module prefix, parameter) -> (AccumulateGrad node, handle, ref)
+        self.handles: list = []
+
+    def install(self) -> None:
+        from torch.nn.modules import module as mm
+
+        self.handles.append(mm.register_module_forward_pre_hook(self._pre))
+        self.handles.append(mm.register_module_forward_hook(self._post, always_call=True, with_kwargs=True)
+                            if _fwd_hook_kwargs() else mm.register_module_forward_hook(self._post_nokw,
+                                                                                     always_call=True))
+
+    def restore(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        for _acc, handle, _ref in self._acc.values():
+            handle.remove()
+        self._acc.clear()
+
+    def name_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        for path, sub in model.named_modules():
+            if sub is model or type(sub).__name__ == "FullyShardedDataParallel":
+                continue
+            if sub not in self.names:
+                self.names[sub] = names.module_prefix("Module", path, type(sub).__name__, index)
+
+    # ---- forward ----
+    def _pre(self, module, args):
+        rec = self.rec
+        if tls.busy or _is_compiling() or os.getpid() != rec.pid:
+            return None
+        depth = tls.depth
+        tls.depth = depth + 1
+        frames = tls.mframes
+        prefix = self.names.get(module)
+        if prefix is None:
+            frames.append(None)
+            try:
+                if depth == 0:
+                    rec.top_level_call(module)
+                if rec.token_range is not None and id(module) in rec.hooked_models:
+                    rec.token_tick()
+            except Exception as exc:
+                rec.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
+            return None
+        if not (rec.session.running and rec.module_level) or (rec.api_suspended and prefix != self.md_prefix):
+            frames.append(None)
+            return None
+        frame = rec.module_enter(prefix, args, None)
+        frames.append(frame)  # pushed whatever happens next: the forward hook pops one frame per call
+        if frame is None or not rec.bwd or not torch.is_grad_enabled():
+            return None
+        tls.busy = True  # not quiet: the hooked tensors go back to the user, subclasses intact
+        try:
+            bw = _ModuleBackward(module, self._bw_hook(frame.bkey), self._bw_pre(frame.bkey))
+            hooked = bw.inputs(args)
+            frame.backward = bw
+            return hooked if hooked is not args else None
+        except Exception as exc:
+            rec.log(f"{frame.bkey}: backward capture not set up: {type(exc).__name__}: {exc}")
+            return None
+        finally:
+            tls.busy = False
+
+    def _post_nokw(self, module, args, output):
+        return self._post(module, args, {}, output)
+
+    def _post(self, module, args, kwargs, output):
+        rec = self.rec
+        if tls.busy or _is_compiling() or os.getpid() != rec.pid:
+            return None
+        tls.depth = max(0, tls.depth - 1)
+        frames = tls.mframes
+        if not frames:
+            return None
+        frame: Optional[ModuleFrame] = frames.pop()
+        if frame is None:
+            if tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
+                rec.step_boundary("forward")
+            return None
+        rec.module_exit(frame, kwargs, output, lambda: dict(module.named_parameters(recurse=False)))
+        if rec.bwd:
+            self._param_grad_hooks(module, frame.prefix)
+        bw = frame.backward
+        if bw is None or output is None:
+            return None
+        tls.busy = True  # as in _pre: user-visible tensors, torch-function handling on
+        try:
+            hooked = bw.outputs(output)
+        except Exception as exc:
+            rec.log(f"{frame.bkey}: backward capture failed: {type(exc).__name__}: {exc}")
+            return None
+        finally:
+            tls.busy = False
+        return hooked if hooked is not output else None
+
+    # ---- backward ----
+    def _bw_pre(self, bkey: str):
+        def pre(module, grad_output):
+            self.rec.module_backward_pre(bkey)
+
+        return pre
+
+    def _bw_hook(self, bkey: str):
+        def hook(module, grad_input, grad_output):
+            self.rec.module_backward(bkey, grad_input, grad_output)
+
+        return hook
+
+    # ---- parameter gradients ----
+    def _param_grad_hooks(self, module, prefix: str) -> None:
+        try:
+            for name, p in module.named_parameters(recurse=False):
+                if not p.requires_grad:
+                    continue
+                slot = (prefix, name)  # a tied parameter gets one hook per owning module, like msprobe
+                prev = self._acc.get(slot)
+                if prev is not None and prev[2]() is p:
+                    continue  # we hold its AccumulateGrad node, so the parameter keeps that node
+                try:
+                    acc = p.expand_as(p).grad_fn
+                    if acc is None:
+                        continue
+                    acc = acc.next_functions[0][0]
+                except Exception:
+                    continue
+                if prev is not None:
+                    prev[1].remove()
+                pref = weakref.ref(p)
+                handle = acc.register_hook(self._param_grad_hook(prefix, name, pref))
+                self._acc[slot] = (acc, handle, pref)
+        except Exception as exc:
+            self.rec.log(f"{prefix}parameters_grad: hooks not set up: {type(exc).__name__}: {exc}")
+
+    def _param_grad_hook(self, prefix: str, pname: str, pref):
+        rec = self.rec
+
+        def grad_of():
+            p = pref()
+            return None if p is None else (getattr(p, "main_grad", None) if hasattr(p, "main_grad") else p.grad)
+
+        def hook(*_):
+            if pref() is not None:
+                rec.param_grad(prefix, pname, grad_of)
+
+        return hook
+
+
+def _fwd_hook_kwargs() -> bool:
+    import inspect
+
+    from torch.nn.modules import module as mm
+
+    try:
+        return "with_kwargs" in inspect.signature(mm.register_module_forward_hook).parameters
+    except (TypeError, ValueError):
+        return False

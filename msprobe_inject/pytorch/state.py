@@ -1,0 +1,48 @@
+"""Per-thread state of the PyTorch adapter, shared by its API, module and stepping hooks."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, List
+
+import torch
+
+_NO_TF = torch._C.DisableTorchFunction
+
+
+class ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.busy = False  # the tool itself is running: hooks pass straight through
+        self.in_api = False  # inside a recorded API: nested APIs are neither recorded nor counted
+        self.stack: List[str] = []  # enclosing module records (construct.json parents, mix-level list)
+        self.mframes: List[Any] = []  # module forward frames between pre-hook and hook
+        self.depth = 0  # module call depth: 0 is a top-level call (the model)
+
+
+tls = ThreadState()
+
+
+def quiet():
+    """Enter the tool's own tensor work: our calls skip torch-function handling (the dump mode's Python
+    handler costs microseconds per attribute read in hooks that run while it is pushed)."""
+    tls.busy = True
+    guard = _NO_TF()
+    guard.__enter__()
+    return guard
+
+
+def loud(guard) -> None:
+    guard.__exit__(None, None, None)
+    tls.busy = False
+
+
+class Quiet:
+    """quiet()/loud() as a context manager, for the recorder's less frequent bodies."""
+
+    __slots__ = ("_guard",)
+
+    def __enter__(self) -> None:
+        self._guard = quiet()
+
+    def __exit__(self, *exc: Any) -> None:
+        loud(self._guard)

@@ -1,0 +1,460 @@
+"""The recording protocol, once for every framework: what is recorded, when, and under which name.
+
+A ``Recorder`` owns the lifecycle (start/stop/step, atexit, SIGTERM, fork), the step and rank bookkeeping
+(through its ``Session``), filters and counters, and the bodies of module, backward, parameter-gradient and
+``save()`` records. Its framework adapter (``framework.Framework``) hooks the framework and calls in here;
+every record leaves through ``record``/``merge`` to the writer. A change in recording semantics is made
+here, and both frameworks get it.
+
+Every entry point called from a hook is guarded: a tool failure is logged (dump_error_info.log and one
+warning) and never reaches the training code; a forked child and the tool's own tensor work pass through.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+from . import values
+from .config import DumpConfig
+from .dumpformat import names
+from .framework import Framework
+from .session import Session
+from .writer import Construct, Merge, Record, Stack, capture_stack
+
+
+class ModuleFrame:
+    """One module call between its forward pre-hook and its forward hook."""
+
+    __slots__ = ("fkey", "bkey", "prefix", "keep", "backward")
+
+    def __init__(self, fkey: str, bkey: str, prefix: str, keep: bool):
+        self.fkey = fkey
+        self.bkey = bkey
+        self.prefix = prefix
+        self.keep = keep
+        self.backward: Any = None  # the adapter's backward capture of this call
+
+
+class Recorder:
+    """One per process and framework."""
+
+    def __init__(self, cfg: DumpConfig, fw: Framework, zero_code: bool = False):
+        self.cfg = cfg
+        self.fw = fw
+        self.session = Session(cfg, fw.name, self._rank_or_env if zero_code else fw.rank, fw.resolve,
+                               fw.save_tensor)
+        self.writer = self.session.writer
+        self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
+        self.tls = fw.tls
+        self.level = cfg.level
+        self.api_level = cfg.level in ("L1", "mix")
+        self.module_level = cfg.level in ("L0", "mix")
+        self.construct = cfg.level in ("L0", "mix") and cfg.extra_info
+        self.extra = cfg.extra_info
+        self.fwd = cfg.forward_enabled
+        self.bwd = cfg.backward_enabled
+        self.inp = cfg.input_enabled
+        self.outp = cfg.output_enabled
+        self.params_on = self.fwd and self.outp
+        self.zero_code = zero_code
+        self.manual = not zero_code  # the script calls start/stop/step (zero-code: until it makes a debugger)
+        self.api_on = False
+        self.api_suspended = False  # module_dump(): only the named module's records
+        self.hooked_models: set = set()
+        self.token_range: Optional[list] = None
+        self._token_count = 0
+        self._auto_started = False
+        self._env_rank: List[Optional[int]] = []
+        self.pid = os.getpid()
+        self._warned_cannot: set = set()
+        fw.install(self)
+        atexit.register(self.shutdown)
+        _chain_sigterm(self.shutdown)
+        os.register_at_fork(after_in_child=_forked_child(weakref.ref(self)))
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def running(self) -> bool:
+        return self.session.running
+
+    def active(self) -> bool:
+        """Recording is possible in this thread right now: this process, not the tool's own work."""
+        return os.getpid() == self.pid and not self.tls.busy
+
+    def start(self, model: Any = None, token_range: Any = None, rank_id: Optional[int] = None,
+              lazy: bool = False) -> None:
+        s = self.session
+        if s.ended or os.getpid() != self.pid:
+            return
+        if rank_id is not None and not s.rank_fixed:
+            s.fix_rank(int(rank_id))
+        if model is not None:
+            self.register_model(model)
+        self.token_range = self.fw.token_range(token_range) if token_range is not None else None
+        if token_range is not None and self.token_range is None:
+            self.writer.log_error(f"start(token_range=...) is not supported for {self.fw.name}; dumping every call")
+        self._token_count = 0
+        if self.cfg.level == "debug" or not s.step_selected() or not s.rank_selected():
+            s.running = False
+            self.set_api(False)
+            return
+        reason = self.fw.cannot_record()
+        if reason is not None:
+            if reason not in self._warned_cannot:
+                self._warned_cannot.add(reason)
+                self.writer.log_error(reason)
+            return
+        s.running = True
+        if not lazy:
+            s.ensure_open()  # msprobe creates the step directory at start(); zero-code waits for a record
+        self.set_api(self.api_level and not self.api_suspended and self.token_range is None)
+
+    def stop(self) -> None:
+        self.session.running = False
+        self.set_api(False)
+        if not self.session.ended:
+            self.session.flush()
+
+    def step(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        self.set_api(False)
+        self.session.running = False
+        self.fw.on_step()
+        self.session.next_step()
+
+    def set_api(self, on: bool) -> None:
+        self.api_on = on
+        try:
+            self.fw.set_api(on)
+        except Exception as exc:
+            self.writer.log_error(f"API interception could not be switched: {type(exc).__name__}: {exc}")
+
+    def shutdown(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        try:
+            self.session.running = False
+            self.api_on = False
+            self.session.close()
+        except Exception:
+            pass
+
+    def restore(self) -> None:
+        """Remove every hook and wrapper (the process runs on as if the tool had never been loaded)."""
+        self.set_api(False)
+        self.fw.restore()
+
+    def _rank_or_env(self) -> Optional[int]:
+        """Zero-code: the launcher's rank variables count before the framework's communication is initialised.
+        They are read once: a rank the script sets later is seen through the framework."""
+        r = self.fw.rank()
+        if r is None:
+            if not self._env_rank:
+                from .session import rank_from_env
+
+                self._env_rank.append(rank_from_env())
+            r = self._env_rank[0]
+        return r
+
+    # ---------------------------------------------------------------- models
+    def register_model(self, model: Any, skip_optimizers: bool = False) -> None:
+        """Name every submodule of model (a module or a list/tuple of them) once; raises TypeError."""
+        for index, m in self.fw.models(model):
+            if id(m) in self.hooked_models:
+                continue
+            self.hooked_models.add(id(m))
+            self.fw.register_model(m, index, skip_optimizers)
+
+    # ---------------------------------------------------------------- stepping policy (zero-code)
+    def top_level_call(self, module: Any) -> None:
+        """A model called at the top level: zero-code dumping starts at the first one."""
+        if not self.zero_code or self.manual:
+            return
+        if id(module) not in self.hooked_models:
+            self.register_model(module, skip_optimizers=True)
+        if not self.session.running and not self.session.ended and not self._auto_started:
+            self._auto_started = True
+            self.start(lazy=True)
+
+    def step_boundary(self, when: str) -> None:
+        """An optimizer step ("optimizer") or a top-level forward ("forward") ended: zero-code runs step here
+        when MSPROBE_STEP_ON says so."""
+        if not self.zero_code or self.manual or not self._auto_started or os.getpid() != self.pid:
+            return
+        if self.cfg.step_on != when:
+            return
+        try:
+            self.step()
+            self.start(lazy=True)
+        except Exception as exc:
+            self.writer.log_error(f"step boundary failed: {type(exc).__name__}: {exc}")
+
+    def token_tick(self) -> None:
+        """A call of a model given with token_range: APIs are recorded for calls start..end only."""
+        a, b = self.token_range
+        n = self._token_count
+        self._token_count += 1
+        self.set_api(self.api_level and a <= n <= b and self.session.running)
+
+    # ---------------------------------------------------------------- the record ceremony
+    def record(self, key: str, body: Any, pending: Optional[list]) -> None:
+        """A whole record body (replaces an earlier one of the same key)."""
+        self.session.ensure_open()
+        self.writer.send(Record(key, body, pending))
+
+    def merge(self, key: str, members: Dict[str, Any], pending: Optional[list], move: bool = False) -> None:
+        """Members of a record; with move, the record takes its place at the end of the step (msprobe's
+        position for a module forward: where the call completed)."""
+        self.session.ensure_open()
+        self.writer.send(Merge(key, members, pending, move))
+
+    def place(self, key: str, parent: Any) -> None:
+        """The record's parent in construct.json (levels L0 and mix with extra_info)."""
+        if self.construct:
+            self.session.ensure_open()
+            self.writer.send(Construct(key, parent))
+
+    def stack(self, key: str, skip: int) -> None:
+        """The caller's stack for stack.json; skip: frames of the tool above the user's call."""
+        if self.extra:
+            self.writer.send(Stack(key, capture_stack(skip + 1)))
+
+    def keep(self, key: str, enclosing: List[str]) -> bool:
+        f = self.session.filters
+        return f.keep(key, enclosing) if f.active else True
+
+    def log(self, message: str) -> None:
+        self.writer.log_error(message)
+
+    def files(self, key: str, suffix: str) -> Optional[str]:
+        """The tensor-file stem of a record's value, or None when its tensors are not saved."""
+        return f"{key}.{suffix}" if self.encoder.wants_files(key) else None
+
+    # ---------------------------------------------------------------- modules
+    # Called from an adapter's module/cell hooks once it has checked the process, the busy flag and that
+    # recording is on; each guards its own body, so a tool failure never reaches the forward or backward pass.
+    def module_enter(self, prefix: str, args: Any, kwargs: Optional[dict]) -> Optional[ModuleFrame]:
+        """Forward pre-hook body: counts the call, places it, records its inputs and stack. kwargs None: the
+        framework hands them to the forward hook instead. None when the call cannot be recorded."""
+        try:
+            with self.fw.quiet():
+                s = self.session
+                idx = s.next_module_index(prefix)
+                fkey = names.module_key(prefix, names.FORWARD, idx)
+                stack = self.tls.stack
+                parent = stack[-1] if stack else None
+                keep = self.keep(fkey, stack)
+                stack.append(fkey)
+                frame = ModuleFrame(fkey, names.module_key(prefix, names.BACKWARD, idx), prefix, keep)
+                s.ensure_open()
+                self.place(fkey, parent)
+                if keep and self.fwd:
+                    if self.inp:
+                        pending: list = []
+                        enc = self.encoder
+                        members = {"input_args": enc.encode(list(args), pending, self.files(fkey, "input")),
+                                   "input_kwargs": enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
+                                   if kwargs else {}}
+                        self.merge(fkey, members, pending)
+                    self.stack(fkey, 4)
+                return frame
+        except Exception as exc:
+            self.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
+            return None
+
+    def module_exit(self, frame: ModuleFrame, kwargs: Optional[dict], output: Any,
+                    params: Callable[[], Dict[str, Any]]) -> None:
+        """Forward hook body: records the outputs and parameters (moving the record to its completion)."""
+        try:
+            with self.fw.quiet():
+                stack = self.tls.stack
+                fkey = frame.fkey
+                if stack and stack[-1] == fkey:
+                    stack.pop()
+                elif fkey in stack:
+                    stack.remove(fkey)
+                if frame.keep and self.fwd and (self.outp or self.inp and kwargs):
+                    enc = self.encoder
+                    pending: list = []
+                    members: Dict[str, Any] = {}
+                    if self.inp and kwargs:
+                        members["input_kwargs"] = enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
+                    if self.outp:
+                        value = output if isinstance(output, (list, tuple)) and not hasattr(output, "_fields") \
+                            else [output]
+                        members["output"] = enc.encode(list(value), pending, self.files(fkey, "output"))
+                    if self.params_on:
+                        suffix = self.fw.file_suffix
+                        files = enc.wants_files(fkey)
+                        members["parameters"] = {n: enc.tensor(p, pending, f"{fkey}.parameters.{n}{suffix}"
+                                                               if files else None) for n, p in params().items()}
+                    self.merge(fkey, members, pending, move=self.outp)
+                self.session.filters.finished(fkey)
+        except Exception as exc:
+            self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
+
+    def module_backward_pre(self, bkey: str) -> None:
+        """The output gradients of a module call arrived: its backward call starts (construct.json parent)."""
+        if os.getpid() != self.pid:
+            return
+        try:
+            stack = self.tls.stack
+            if self.session.running:
+                self.place(bkey, stack[-1] if stack else None)
+            stack.append(bkey)
+        except Exception as exc:
+            self.log(f"{bkey}: backward pre-hook failed: {type(exc).__name__}: {exc}")
+
+    def module_backward(self, bkey: str, grad_input: Any, grad_output: Any) -> None:
+        """The gradients of a module call's inputs are in: its backward record."""
+        if os.getpid() != self.pid:
+            return
+        stack = self.tls.stack
+        if bkey in stack:
+            stack.remove(bkey)
+        if not self.session.running or self.tls.busy:
+            return
+        try:
+            with self.fw.quiet():
+                if self.keep(bkey, []):
+                    self.backward_record(bkey, grad_output, grad_input)
+        except Exception as exc:
+            self.log(f"{bkey}: backward capture failed: {type(exc).__name__}: {exc}")
+
+    def backward_record(self, bkey: str, grad_out: Any, grad_in: Any) -> None:
+        """msprobe's backward record: "input" holds the gradients arriving (of the outputs), "output" the
+        gradients leaving (of the inputs). Runs quiet (the caller's guard)."""
+        enc = self.encoder
+        pending: list = []
+        body: Dict[str, Any] = {}
+        if self.inp:
+            body["input"] = enc.encode(list(grad_out or ()), pending, self.files(bkey, "input"))
+        if self.outp:
+            body["output"] = enc.encode(list(grad_in or ()), pending, self.files(bkey, "output"))
+        self.record(bkey, body, pending)
+
+    # ---------------------------------------------------------------- parameter gradients
+    def param_grad(self, prefix: str, pname: str, grad_of: Callable[[], Any]) -> None:
+        """A parameter's gradient accumulated: one member of ``{module}.parameters_grad.{k}``."""
+        s = self.session
+        if not s.running or self.tls.busy or os.getpid() != self.pid:
+            return
+        try:
+            with self.fw.quiet():
+                k = s.pgrad_index(prefix, pname)
+                key = names.param_grad_key(prefix, k)
+                if not self.keep(key, []):
+                    return
+                grad = grad_of()
+                pending: list = []
+                enc = self.encoder
+                if isinstance(grad, self.fw.tensor_type):
+                    entry = enc.tensor(grad, pending, f"{key}.{pname}{self.fw.file_suffix}"
+                                       if enc.wants_files(key) else None)
+                else:
+                    entry = enc.encode(grad, pending, None)
+                self.merge(key, {pname: [entry]}, pending)
+        except Exception as exc:
+            self.log(f"{prefix[:-1]}.parameters_grad: capture failed: {type(exc).__name__}: {exc}")
+
+    # ---------------------------------------------------------------- save() at level debug
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        s = self.session
+        if self.cfg.level != "debug" or s.ended or not s.step_selected() or os.getpid() != self.pid:
+            return
+        if not isinstance(name, str) or not isinstance(save_backward, bool):
+            self.log("save(): name must be a str and save_backward a bool")
+            return
+        if not values.saveable(variable, self.fw.tensor_type):
+            self.log(f"save(): unsupported type {type(variable).__name__} for '{name}', skipped")
+            return
+        try:
+            with self.fw.quiet():
+                s.ensure_open("debug")
+                count = s.debug_index(name)
+                key = names.debug_key(name, count)
+                files = self.cfg.task == "tensor"
+                pending: list = []
+                s.writer.send(Record(key, self.encoder.encode(variable, pending, key if files else None), pending))
+                if save_backward:
+                    self._save_grad(variable, names.debug_grad_key(name, count), files)
+        except Exception as exc:
+            self.log(f"save('{name}') failed: {type(exc).__name__}: {exc}")
+
+    def _save_grad(self, variable: Any, gkey: str, files: bool) -> None:
+        """The gradient record of a save()d value: nulls first, each leaf filled in as its gradient arrives."""
+        holder = {"v": values.null_shape(variable)}
+        self.writer.send(Record(gkey, values.null_shape(variable), None))
+        if not self.fw.grad_enabled():
+            return
+        lock = threading.Lock()  # the leaves' hooks may run on autograd's worker threads
+        suffix = self.fw.file_suffix
+        leaf_type = self.fw.tensor_type_name
+
+        def attach(t: Any, path: List[Any]) -> None:
+            def hook(grad: Any) -> None:
+                if os.getpid() != self.pid:
+                    return
+                try:
+                    with self.fw.quiet():
+                        pending: list = []
+                        fname = ".".join([gkey, *map(str, path)]) + suffix if files else None
+                        entry = self.encoder.tensor(grad, pending, fname)
+                        with lock:
+                            holder["v"] = values.put_at(holder["v"], path, entry)
+                            self.writer.send(Record(gkey, values.copy_shape(holder["v"], leaf_type), pending))
+                except Exception as exc:
+                    self.log(f"save(): gradient capture for {gkey} failed: {exc}")
+
+            self.fw.on_grad(t, hook)
+
+        for t, path in self.fw.grad_leaves(variable):
+            attach(t, path)
+
+
+def _forked_child(ref: Callable[[], Optional[Recorder]]) -> Callable[[], None]:
+    """A fork child (a DataLoader worker) inherits the hooks but must not record."""
+
+    def after_in_child() -> None:
+        rec = ref()
+        if rec is not None:
+            rec.session.running = False
+            rec.api_on = False
+
+    return after_in_child
+
+
+def _chain_sigterm(flush: Callable[[], None]) -> None:
+    """torchrun stops workers with SIGTERM, whose default action skips atexit: flush first, then do
+    what the previous handler would have done (the user's handler, or terminate by the signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        prev = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        return
+
+    def handler(signum: int, frame: Any) -> Any:
+        try:
+            flush()
+        except Exception:
+            pass
+        if callable(prev):
+            return prev(signum, frame)
+        if prev == signal.SIG_IGN:
+            return None
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return None
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):
+        pass
+

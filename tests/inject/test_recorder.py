@@ -1,0 +1,237 @@
+"""The recording protocol, tested once through a fake framework: what both adapters get from the recorder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import Any, List, Optional
+
+import pytest
+
+from msprobe_inject import config
+from msprobe_inject.recorder import Recorder
+
+
+class FakeTensor:
+    def __init__(self, value: float):
+        self.value = value
+
+
+class FakeEncoder:
+    def __init__(self, fail_on: Optional[float] = None):
+        self.fail_on = fail_on
+
+    def wants_files(self, key: str) -> bool:
+        return False
+
+    def tensor(self, t: FakeTensor, pending: list, file_name: Optional[str]) -> Any:
+        if t.value == self.fail_on:
+            raise RuntimeError("encoder broke")
+        entry = {"type": "fake.Tensor", "Max": None}
+        pending.append((entry, t.value))  # resolved by the writer thread, as real statistics are
+        return entry
+
+    def encode(self, value: Any, pending: list, file_prefix: Optional[str]) -> Any:
+        if isinstance(value, FakeTensor):
+            return self.tensor(value, pending, None)
+        if isinstance(value, (list, tuple)):
+            return [self.encode(v, pending, None) for v in value]
+        if isinstance(value, dict):
+            return {k: self.encode(v, pending, None) for k, v in value.items()}
+        return {"type": type(value).__name__, "value": value}
+
+
+class FakeState(threading.local):
+    def __init__(self) -> None:
+        self.busy = False
+        self.in_api = False
+        self.stack: List[str] = []
+
+
+class FakeFramework:
+    name = "fake"
+    tensor_type = FakeTensor
+    tensor_type_name = "fake.Tensor"
+    file_suffix = ".bin"
+
+    def __init__(self, fail_on: Optional[float] = None):
+        self.tls = FakeState()
+        self.fail_on = fail_on
+        self.api: List[bool] = []
+        self.registered: List[Any] = []
+        self.grad_hooks: List[Any] = []
+        self.steps = 0
+        self.restored = False
+
+    def rank(self) -> Optional[int]:
+        return 3
+
+    @staticmethod
+    def resolve(pending: list) -> None:
+        for entry, v in pending:
+            entry["Max"] = v
+
+    @staticmethod
+    def save_tensor(tensor: Any, path: str) -> None:
+        raise AssertionError("no tensor files in these tests")
+
+    def make_encoder(self, cfg, tensor_dir, writer) -> FakeEncoder:
+        return FakeEncoder(self.fail_on)
+
+    @contextlib.contextmanager
+    def quiet(self):
+        prev, self.tls.busy = self.tls.busy, True
+        try:
+            yield
+        finally:
+            self.tls.busy = prev
+
+    def install(self, recorder: Recorder) -> None:
+        self.rec = recorder
+
+    def set_api(self, on: bool) -> None:
+        self.api.append(on)
+
+    def models(self, model):
+        return [(None, model)]
+
+    def register_model(self, model, index, skip_optimizers) -> None:
+        self.registered.append(model)
+
+    def cannot_record(self) -> Optional[str]:
+        return None
+
+    def token_range(self, token_range):
+        return None
+
+    def grad_enabled(self) -> bool:
+        return True
+
+    def grad_leaves(self, value):
+        from msprobe_inject import values
+
+        return list(values.tensor_paths(value, FakeTensor, []))
+
+    def on_grad(self, t, hook) -> None:
+        self.grad_hooks.append(hook)
+
+    def on_step(self) -> None:
+        self.steps += 1
+
+    def restore(self) -> None:
+        self.restored = True
+
+
+def _recorder(tmp_path, fw=None, **cfg):
+    cfg.setdefault("level", "mix")
+    fw = fw or FakeFramework()
+    return Recorder(config.build_config({"dump_path": str(tmp_path / "d"), **cfg}), fw), fw
+
+
+def _data(tmp_path, step=0, name="dump.json"):
+    return json.loads((tmp_path / "d" / f"step{step}" / "rank3" / name).read_text())
+
+
+def test_module_record_holds_inputs_outputs_parameters_at_its_completion(tmp_path):
+    rec, fw = _recorder(tmp_path)
+    rec.start(model=object())
+    frame = rec.module_enter("Module.fc.Linear.", (FakeTensor(1.0),), None)
+    rec.record("Functional.linear.0.forward", {"output": [{"type": "int", "value": 7}]}, None)
+    rec.module_exit(frame, {"scale": 2}, FakeTensor(5.0), lambda: {"weight": FakeTensor(9.0)})
+    rec.stop()
+    d = _data(tmp_path)
+    assert d["framework"] == "fake" and d["level"] == "mix"
+    assert list(d["data"]) == ["Functional.linear.0.forward", "Module.fc.Linear.forward.0"]
+    body = d["data"]["Module.fc.Linear.forward.0"]
+    assert list(body) == ["input_args", "input_kwargs", "output", "parameters"]
+    assert body["input_args"][0]["Max"] == 1.0 and body["output"][0]["Max"] == 5.0
+    assert body["input_kwargs"] == {"scale": {"type": "int", "value": 2}}
+    assert body["parameters"]["weight"]["Max"] == 9.0
+    assert _data(tmp_path, name="construct.json") == {"Module.fc.Linear.forward.0": None}
+    journal = (tmp_path / "d" / "step0" / "rank3" / "dump.journal").read_text()
+    assert journal.count('"input_args"') == 1  # each member is encoded and journaled once
+    assert fw.api == [True, False]
+
+
+def test_module_backward_and_parameter_gradients(tmp_path):
+    rec, fw = _recorder(tmp_path)
+    rec.start(model=object())
+    frame = rec.module_enter("Module.fc.Linear.", (FakeTensor(1.0),), None)
+    rec.module_exit(frame, None, FakeTensor(2.0), dict)
+    rec.module_backward_pre(frame.bkey)
+    assert fw.tls.stack == [frame.bkey]
+    rec.module_backward(frame.bkey, (FakeTensor(3.0),), (FakeTensor(4.0),))
+    assert fw.tls.stack == []
+    rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(5.0))
+    rec.param_grad("Module.fc.Linear.", "bias", lambda: FakeTensor(6.0))
+    rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(7.0))  # a second accumulation
+    fw.tls.busy = True  # the tool's own work: nothing is recorded
+    rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(8.0))
+    fw.tls.busy = False
+    rec.stop()
+    data = _data(tmp_path)["data"]
+    bw = data["Module.fc.Linear.backward.0"]
+    assert bw["input"][0]["Max"] == 4.0 and bw["output"][0]["Max"] == 3.0  # msprobe: input = grad of outputs
+    assert data["Module.fc.Linear.parameters_grad.0"] == {"weight": [{"type": "fake.Tensor", "Max": 5.0}],
+                                                          "bias": [{"type": "fake.Tensor", "Max": 6.0}]}
+    assert data["Module.fc.Linear.parameters_grad.1"] == {"weight": [{"type": "fake.Tensor", "Max": 7.0}]}
+    assert "Module.fc.Linear.parameters_grad.2" not in data
+
+
+def test_steps_counters_and_step_selection(tmp_path):
+    rec, fw = _recorder(tmp_path, step=[0, 1])
+    for _ in range(3):
+        rec.start(model=object())
+        for _ in range(2):
+            rec.module_exit(rec.module_enter("Module.fc.Linear.", (), None), None, FakeTensor(1.0), dict)
+        rec.stop()
+        rec.step()
+    for step in (0, 1):
+        assert list(_data(tmp_path, step)["data"]) == ["Module.fc.Linear.forward.0", "Module.fc.Linear.forward.1"]
+    assert not (tmp_path / "d" / "step2").exists()
+    assert rec.session.ended and fw.steps == 3
+
+
+def test_list_filter_keeps_counters(tmp_path):
+    rec, fw = _recorder(tmp_path, list=["fc2"])
+    rec.start(model=object())
+    for prefix in ("Module.fc1.Linear.", "Module.fc2.Linear.", "Module.fc1.Linear."):
+        rec.module_exit(rec.module_enter(prefix, (), None), None, FakeTensor(1.0), dict)
+    rec.stop()
+    assert list(_data(tmp_path)["data"]) == ["Module.fc2.Linear.forward.0"]
+
+
+def test_save_records_value_then_gradient_leaves(tmp_path):
+    rec, fw = _recorder(tmp_path, level="debug")
+    rec.start()
+    rec.save({"a": FakeTensor(1.0), "b": [FakeTensor(2.0), 3]}, "act")
+    assert len(fw.grad_hooks) == 2
+    rec.stop()
+    d = _data(tmp_path, name="debug.json")["data"]
+    assert d["act.0.debug"]["a"]["Max"] == 1.0
+    assert d["act_grad.0.debug"] == {"a": None, "b": [None, None]}
+    fw.grad_hooks[1](FakeTensor(20.0))
+    rec.stop()
+    d = _data(tmp_path, name="debug.json")["data"]
+    assert d["act_grad.0.debug"] == {"a": None, "b": [{"type": "fake.Tensor", "Max": 20.0}, None]}
+
+
+def test_tool_failure_is_logged_never_raised(tmp_path):
+    rec, fw = _recorder(tmp_path, fw=FakeFramework(fail_on=13.0))
+    rec.start(model=object())
+    with pytest.warns(RuntimeWarning, match="module pre-hook failed"):
+        frame = rec.module_enter("Module.fc.Linear.", (FakeTensor(13.0),), None)
+    assert frame is None
+    rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(13.0))
+    rec.stop()
+    log = (tmp_path / "d" / "step0" / "rank3" / "dump_error_info.log").read_text()
+    assert "module pre-hook failed: RuntimeError: encoder broke" in log
+    assert "parameters_grad: capture failed: RuntimeError: encoder broke" in log
+
+
+def test_restore_switches_interception_off_and_removes_hooks(tmp_path):
+    rec, fw = _recorder(tmp_path)
+    rec.start(model=object())
+    rec.restore()
+    assert fw.api[-1] is False and fw.restored and not rec.api_on
