@@ -13,15 +13,17 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from . import envvars
 from .dumpformat import names
 
-TASKS = ("statistics", "tensor", "structure", "overflow_check")
-LEVELS = ("L0", "L1", "mix", "debug")
-SUMMARY_MODES = ("statistics", "md5", "xor")
-DATA_MODES = ("all", "input", "output", "forward", "backward")
+# The options the launcher and the environment also carry declare their allowed values in envvars.OPTIONS.
+TASKS = envvars.option("task").choices
+LEVELS = envvars.option("level").choices
+SUMMARY_MODES = envvars.option("summary_mode").choices
+DATA_MODES = envvars.option("data_mode").choices
+STEP_ON = envvars.option("step_on").choices
 RISK_LEVELS = ("CORE", "FOCUS", "ALL")
 PRECISIONS = ("low", "high")
-STEP_ON = ("optimizer", "forward", "manual")
 _NPU_ONLY_TASKS = ("diff_check", "nan_check", "acc_check", "exception_dump")
 _MAX_STEP = 1_000_000
 # Keys of a task section of config.json that this runtime understands.
@@ -255,8 +257,6 @@ def resolve(
     environ: Optional[Mapping[str, str]] = None,
 ) -> DumpConfig:
     """The one place where config.json, the environment and keyword arguments meet."""
-    from . import envvars
-
     env = os.environ if environ is None else environ
     values: Dict[str, Any] = {}
     path = config_path or (env.get(envvars.CONFIG) if use_env else None)

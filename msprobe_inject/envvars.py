@@ -2,14 +2,22 @@
 
 The launcher only ever talks to the ranks through these variables; the same variables work
 without the launcher (``MSPROBE_DUMP_PATH=./d torchrun ... train.py``).
-This module must stay importable without torch: the sitecustomize bootstrap reads it.
+
+``OPTIONS`` is the one declaration of each dump option: its variable, config key, command-line
+spelling, parser, allowed values, metavar and help. The launcher's dump flags are generated from it
+(``msprobe_launch.surface``), ``overrides_from_env`` / ``to_env`` and the config's allowed values come
+from it, and the README's two tables are its rendering (``python -m msprobe_inject.envvars``; a test
+checks them).
+
+This module must stay importable without torch and cheap to import: the sitecustomize bootstrap reads it
+in every process that asks for dumping, helpers included.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 # User-facing variables (documented in the README). Each maps to a config key.
 CONFIG = "MSPROBE_CONFIG"  # path to an msprobe config.json
@@ -34,22 +42,7 @@ BOOT_DIR = "MSPROBE_BOOT_DIR"  # the sitecustomize directory put first on PYTHON
 CLAIMED_RANK = "MSPROBE_CLAIMED_RANK"  # e.g. "RANK=0" of the claiming rank; a child with another rank var is a rank
 BOOT_LOG = "MSPROBE_BOOT_LOG"  # debug: file to which the bootstrap appends one JSON line per decision
 
-# env name -> (config key, kind)
-_USER_VARS: Dict[str, tuple] = {
-    DUMP_PATH: ("dump_path", "str"),
-    TASK: ("task", "str"),
-    LEVEL: ("level", "str"),
-    STEP: ("step", "list"),
-    RANK: ("rank", "list"),
-    SCOPE: ("scope", "list"),
-    LIST: ("list", "list"),
-    DATA_MODE: ("data_mode", "list"),
-    SUMMARY_MODE: ("summary_mode", "str"),
-    ASYNC_DUMP: ("async_dump", "bool"),
-    STEP_ON: ("step_on", "str"),
-}
-
-ALL_USER_VARS = (CONFIG, *_USER_VARS.keys(), ENABLE)
+_PREFIX = "MSPROBE_"
 
 
 def _parse_list(raw: str) -> list:
@@ -78,6 +71,97 @@ def _parse_bool(raw: str) -> Any:
     return raw  # left for validation to reject with the field name
 
 
+# kind -> (variable text -> value, value -> variable text)
+_KINDS = {
+    "str": (str.strip, str),
+    "path": (str.strip, os.path.abspath),  # relative to the launcher's cwd, which the ranks may not share
+    "list": (_parse_list, lambda value: json.dumps(list(value))),
+    "bool": (_parse_bool, lambda value: "1" if value else "0"),
+}
+
+
+class Option(NamedTuple):
+    """One dump option, declared once."""
+
+    var: str
+    key: Optional[str]  # config key; None when the value is not a config value (--config, --run-id)
+    flags: Tuple[str, ...]  # command-line spellings; a "bool" option also gets each "--no-" form
+    kind: str  # "str", "path", "list" or "bool": how the variable's text is parsed (see _KINDS)
+    metavar: str
+    help: str  # --help and the README (markdown); names every allowed value
+    choices: Tuple[str, ...] = ()  # allowed values, checked by msprobe_inject.config
+    var_help: str = ""  # the README variable table's text where it differs from ``help``
+
+    @property
+    def name(self) -> str:
+        """The option's identifier (command-line parameter name): the variable without its prefix."""
+        return self.var[len(_PREFIX):].lower()
+
+    @property
+    def off_flags(self) -> Tuple[str, ...]:
+        return tuple("--no-" + f[2:] for f in self.flags) if self.kind == "bool" else ()
+
+    def parse(self, raw: str) -> Any:
+        """The value of the variable's text. Raises ValueError (or json.JSONDecodeError) with the reason."""
+        return _KINDS[self.kind][0](raw)
+
+    def format(self, value: Any) -> str:
+        """The variable's text for a value; ``parse`` reads it back."""
+        return _KINDS[self.kind][1](value)
+
+
+OPTIONS: Tuple[Option, ...] = (
+    Option(CONFIG, None, ("--config",), "path", "FILE",
+           "An msprobe `config.json` (made absolute); the other dump options override it.",
+           var_help="Path to an msprobe `config.json`."),
+    Option(DUMP_PATH, "dump_path", ("--dump-path",), "str", "DIR",
+           "Output directory (made absolute; default `./msprobe_dump`).",
+           var_help="Output directory. Setting it (or `MSPROBE_CONFIG`) turns dumping on."),
+    Option(TASK, "task", ("--task",), "str", "TASK",
+           "`statistics`, `tensor`, `structure`, `overflow_check`.",
+           choices=("statistics", "tensor", "structure", "overflow_check")),
+    Option(LEVEL, "level", ("--level",), "str", "LEVEL",
+           "`L0` (modules), `L1` (APIs), `mix`, `debug`.",
+           choices=("L0", "L1", "mix", "debug")),
+    Option(STEP, "step", ("--step",), "list", "LIST",
+           "Steps to dump, `0,2,4-6` or a JSON list (default all)."),
+    Option(RANK, "rank", ("--rank",), "list", "LIST",
+           "Global ranks that dump, `0,1` or `0-3` (default all)."),
+    Option(SCOPE, "scope", ("--scope",), "list", "START,END",
+           "Dump only between two record names."),
+    Option(LIST, "list", ("--list",), "list", "NAMES",
+           "Dump only these APIs or modules, `relu,linear` or a JSON list."),
+    Option(DATA_MODE, "data_mode", ("--data-mode",), "list", "MODES",
+           "`all`, or a list of `input`, `output`, `forward`, `backward`.",
+           choices=("all", "input", "output", "forward", "backward")),
+    Option(SUMMARY_MODE, "summary_mode", ("--summary-mode",), "str", "MODE",
+           "`statistics`, `md5`, `xor`.",
+           choices=("statistics", "md5", "xor")),
+    Option(ASYNC_DUMP, "async_dump", ("--async-dump",), "bool", "BOOL",
+           "Accepted for msprobe compatibility and ignored: a rank always writes off the training thread, "
+           "and `step()`/`stop()` return once the step's files are on disk. As in msprobe, it cannot be "
+           "combined with `--summary-mode md5`."),
+    Option(STEP_ON, "step_on", ("--step-on",), "str", "WHEN",
+           "Step boundary: `optimizer` (each `optimizer.step()`, default), `forward` (each top-level model "
+           "forward, for inference), `manual` (the script calls `step()`).",
+           choices=("optimizer", "forward", "manual")),
+    Option(RUN_ID, None, ("--run-id",), "str", "ID",
+           "Id shared by all nodes of one job (default `--rdzv-id` under c10d, else a fresh uuid).",
+           var_help="One id per job, shared by all nodes; the launcher always sets it (`--run-id`, `--rdzv-id` "
+                    "under c10d, or a uuid). Used to tell an earlier job's leftovers from a duplicate rank."),
+)
+
+_BY_NAME = {**{o.name: o for o in OPTIONS}, **{o.var: o for o in OPTIONS}}
+_CONFIG_OPTIONS = tuple(o for o in OPTIONS if o.key)
+
+ALL_USER_VARS = (CONFIG, *(o.var for o in _CONFIG_OPTIONS), ENABLE)
+
+
+def option(name: str) -> Option:
+    """The row named ``name`` (``"task"``, ``"run_id"``) or of the variable ``name`` (``"MSPROBE_TASK"``)."""
+    return _BY_NAME[name]
+
+
 def is_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     env = os.environ if environ is None else environ
     return env.get(ENABLE, "").strip().lower() in ("0", "false", "no", "off")
@@ -100,33 +184,34 @@ def overrides_from_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str,
     """
     env = os.environ if environ is None else environ
     out: Dict[str, Any] = {}
-    for var, (key, kind) in _USER_VARS.items():
-        raw = env.get(var)
+    for opt in _CONFIG_OPTIONS:
+        raw = env.get(opt.var)
         if raw is None or raw == "":
             continue
         try:
-            if kind == "list":
-                out[key] = _parse_list(raw)
-            elif kind == "bool":
-                out[key] = _parse_bool(raw)
-            else:
-                out[key] = raw.strip()
-        except (ValueError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{var}={raw!r} cannot be parsed: {exc}") from None
+            out[opt.key] = opt.parse(raw)
+        except ValueError as exc:  # json.JSONDecodeError is one
+            raise ValueError(f"{opt.var}={raw!r} cannot be parsed: {exc}") from None
     return out
 
 
 def to_env(overrides: Mapping[str, Any]) -> Dict[str, str]:
     """Inverse of overrides_from_env, used by the launcher."""
-    out: Dict[str, str] = {}
-    for var, (key, kind) in _USER_VARS.items():
-        if key not in overrides or overrides[key] is None:
-            continue
-        value = overrides[key]
-        if kind == "list":
-            out[var] = json.dumps(list(value))
-        elif kind == "bool":
-            out[var] = "1" if value else "0"
-        else:
-            out[var] = str(value)
-    return out
+    return {opt.var: opt.format(overrides[opt.key]) for opt in _CONFIG_OPTIONS
+            if overrides.get(opt.key) is not None}
+
+
+def markdown_tables() -> Tuple[List[str], List[str]]:
+    """The README's rows: the launcher's dump-options table and the variables table's option rows."""
+    options, variables = [], []
+    for opt in OPTIONS:
+        spelled = [f"`{f} {opt.metavar}`" if opt.kind != "bool" else f"`{f}`" for f in opt.flags]
+        spelled += [f"`{f}`" for f in opt.off_flags]
+        options.append(f"| {' / '.join(spelled)} | `{opt.var}` | {opt.help} |")
+        variables.append(f"| `{opt.var}` | user / `{opt.flags[0]}` | {opt.var_help or opt.help} |")
+    return options, variables
+
+
+if __name__ == "__main__":
+    for table in markdown_tables():
+        print("\n".join(table) + "\n")

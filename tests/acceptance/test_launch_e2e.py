@@ -165,3 +165,9 @@ def test_dataloader_workers_and_subprocesses_write_nothing(tmp_path):
     _assert_ranks_dumped(str(tmp_path / "d"), (0, 1))
     assert len(_manifest(str(tmp_path / "d"))["processes"]) == 2
 
+
+
+def test_example_script_is_msprobe_free():
+    with open(EXAMPLE, encoding="utf-8") as fh:
+        text = fh.read()
+    assert "msprobe" not in text.replace("msprobe-launch", "").replace("msprobe code", "")

@@ -1,0 +1,179 @@
+"""The runners: torchrun's elastic agent and MindSpore's msrun in this process, or a command as a child.
+
+``execute`` runs a plan: it prints the plan's notes, clears what ``--overwrite`` replaces, puts the workers'
+environment into this process (the agent, msrun and a child inherit it), runs the engine, and at the end
+of the job recovers the journals of ranks that did not finish and prints the dump summary. Each runner
+returns the launcher's exit code (README "Exit codes").
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Any, Callable, Dict, List
+
+from msprobe_launch.plan import DumpPlan, LaunchPlan
+
+# README "Exit codes": 0 success, 2 usage (found by the plan), a failed worker's or the command's own code,
+# 128 + N for signal N, 127 for a command that cannot be started.
+EXIT_CANNOT_START = 127
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+def exit_status(returncode: int) -> int:
+    """A child's return code as an exit code: killed by signal N (a negative code) gives 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def worker_failure_code(exitcode: Any) -> int:
+    """The exit code for torchrun's first failed worker: its own code, 128 + N if signal N ended it, else 1."""
+    if isinstance(exitcode, int) and exitcode < 0:
+        return exit_status(exitcode)
+    return exitcode if isinstance(exitcode, int) and 0 < exitcode < 256 else 1
+
+
+def run_torchrun(args: Any) -> int:
+    """``torch.distributed.run.run(args)`` in this process (``args``: its parser's namespace)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import run
+
+    try:
+        run(args)
+        return 0
+    except ChildFailedError as exc:
+        sys.stderr.write(exc.format_msg() + "\n")
+        _, failure = exc.get_first_failure()
+        return worker_failure_code(getattr(failure, "exitcode", 1))
+    except SignalException as exc:
+        return 128 + int(exc.sigval)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def run_msrun(argv: List[str]) -> int:
+    """MindSpore's msrun in this process, as ``msrun ARGV``."""
+    from mindspore.parallel.cluster import run as msrun
+
+    saved_argv, saved_path = sys.argv, os.environ.get("PATH", "")
+    # msrun starts the literal 'python' through PATH: make it this interpreter (its venv).
+    os.environ["PATH"] = os.path.dirname(sys.executable) + (os.pathsep + saved_path if saved_path else "")
+
+    def sigterm_to_sigint(signum: int, frame: Any) -> None:
+        signal.raise_signal(signal.SIGINT)  # msrun traps SIGINT only; SIGTERM would orphan the workers
+
+    previous = signal.signal(signal.SIGTERM, sigterm_to_sigint)
+    sys.argv = ["msrun"] + argv
+    try:
+        msrun.run(msrun.get_args())
+        return 0
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        return exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        sys.stderr.write(f"msprobe-launch: msrun failed: {type(exc).__name__}: {exc}\n")
+        return 1
+    finally:
+        sys.argv = saved_argv
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_command(argv: List[str]) -> int:
+    """``argv`` as a child process that gets SIGINT/SIGTERM sent to the launcher; its exit code."""
+    try:
+        proc = subprocess.Popen(argv)
+    except OSError as exc:
+        sys.stderr.write(f"msprobe-launch: cannot run {shlex.join(argv)}: {exc.strerror or exc}\n")
+        return EXIT_CANNOT_START
+
+    def forward(signum: int, frame: Any) -> None:
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return exit_status(code)
+
+
+RUNNERS: Dict[str, Callable[[LaunchPlan], int]] = {
+    "torchrun": lambda plan: run_torchrun(plan.torchrun_args),
+    "msrun": lambda plan: run_msrun(plan.argv),
+    "command": lambda plan: run_command(plan.argv),
+}
+
+
+def _clear(entries: List[str]) -> None:
+    for p in entries:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def apply_env(plan: LaunchPlan) -> None:
+    """The workers' environment, in this process: the engine (and through it every worker) inherits it."""
+    for var in plan.env_unset:
+        os.environ.pop(var, None)
+    os.environ.update(plan.env_set)
+
+
+def print_summary(dump_path: str) -> None:
+    """The readers' summary table of a dump."""
+    from msprobe_readers.cli import print_summary as summary
+
+    summary(dump_path)
+
+
+def finish_job(dump: DumpPlan) -> None:
+    """After the job: rebuild the files of ranks that died mid-step from their journals, settle the manifest,
+    print the summary. A failure here is reported and never changes the job's exit code."""
+    if not (dump.dumping and dump.dump_path and os.path.isdir(dump.dump_path)):
+        return
+    try:
+        from msprobe_inject.dumpformat.journal import recover_tree
+
+        for d, res in recover_tree(dump.dump_path):
+            sys.stderr.write(f"[msprobe-launch] recovered {res.get('records', 0)} records of a rank that "
+                             f"did not finish from its journal: {d} (step marked incomplete)\n")
+    except Exception as exc:
+        sys.stderr.write(f"[msprobe-launch] could not recover journals: {exc}\n")
+    try:
+        from msprobe_inject.coord import manifest_reconcile
+
+        manifest_reconcile(dump.dump_path)
+    except Exception as exc:
+        sys.stderr.write(f"[msprobe-launch] could not update the manifest: {exc}\n")
+    try:
+        sys.stdout.flush()
+        print_summary(dump.dump_path)
+    except Exception as exc:
+        sys.stderr.write(f"[msprobe-launch] could not summarise {dump.dump_path}: {exc}\n")
+
+
+def execute(plan: LaunchPlan) -> int:
+    """Run the plan in this process (the agent / msrun manager) and print the summary. Returns the exit code."""
+    for note in plan.notes:
+        sys.stderr.write(f"[msprobe-launch] {note}\n")
+    if plan.dump.clear_first:
+        sys.stderr.write(f"[msprobe-launch] --overwrite: removing earlier dump data in {plan.dump.dump_path}\n")
+        _clear(plan.dump.clear_first)
+    apply_env(plan)
+    code = RUNNERS[plan.engine](plan)
+    finish_job(plan.dump)
+    return code
