@@ -225,6 +225,18 @@ class Recorder:
         if self.extra:
             self.writer.send(Stack(key, capture_stack(skip + 1)))
 
+    def call_through(self, func: Callable[..., Any], args: Any, kwargs: Any, base: str) -> Any:
+        """Run an API call that is not recorded: calls nested in it are neither recorded nor counted, and it
+        counts once it returns (msprobe numbers calls whether or not they are dumped)."""
+        tls = self.tls
+        tls.in_api = True
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            tls.in_api = False
+        self.session.finish_api(base)
+        return out
+
     def keep(self, key: str, enclosing: List[str]) -> bool:
         f = self.session.filters
         return f.keep(key, enclosing) if f.active else True

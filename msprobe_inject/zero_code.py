@@ -29,10 +29,10 @@ def activate_pytorch():
         return _state["pytorch"]
     try:
         from . import compat, config
-        from .pytorch.debugger import install_runtime
+        from .pytorch.debugger import PrecisionDebugger
 
         cfg = config.resolve()
-        rt = install_runtime(cfg, zero_code=True)
+        rt = PrecisionDebugger.install_runtime(cfg, zero_code=True)
         _state["pytorch"] = rt
         compat.install_msprobe_alias()
         os.register_at_fork(after_in_child=mark_inert)

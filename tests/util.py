@@ -108,3 +108,18 @@ for _ in range(STEPS):
 def train_script(config_path: str, steps: int = 1, extra_pre: str = "", extra_post: str = "") -> str:
     return (PREAMBLE + extra_pre + f"\ndebugger = PrecisionDebugger(config_path={config_path!r})\n"
             + TRAIN.replace("STEPS", str(steps)) + extra_post)
+
+
+def run_config(tmp_path, steps=1, extra_pre="", extra_post="", **cfg) -> str:
+    """Train the standard script for ``steps`` steps with a config file of ``cfg``; returns the dump path."""
+    dump = str(tmp_path / "dump")
+    conf = write_config(str(tmp_path / "config.json"), dump_path=dump, **cfg)
+    run_py(train_script(conf, steps, extra_pre, extra_post), str(tmp_path))
+    return dump
+
+
+def ms_env(**extra: str) -> Dict[str, str]:
+    """clean_env for MindSpore scripts: its C++ log at errors only."""
+    env = clean_env(**extra)
+    env["GLOG_v"] = "3"
+    return env

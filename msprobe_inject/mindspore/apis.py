@@ -271,8 +271,9 @@ class ApiHooks:
         return __call__
 
     def call_api(self, func, base: str, prefix: str, api: str, args: tuple, kwargs: dict):
-        s = self.rec.session
-        if not s.running or os.getpid() != self.rec.pid:
+        rec = self.rec
+        s = rec.session
+        if not s.running or os.getpid() != rec.pid:
             return func(*args, **kwargs)
         idx = s.api_counts.get(base, 0)
         fkey = names.api_key(base, idx, names.FORWARD)
@@ -281,12 +282,7 @@ class ApiHooks:
         keep = s.filters.keep(fkey, stack) if s.filters.active else True
         grad = self.rec.bwd and prefix not in DIST_PREFIXES and requires_grad()
         if not keep:
-            tls.in_api = True
-            try:
-                out = func(*args, **kwargs)
-            finally:
-                tls.in_api = False
-            s.finish_api(base)
+            out = rec.call_through(func, args, kwargs, base)
             if self.rec.construct and self.rec.level == "mix":
                 s.ensure_open()
                 s.writer.send(Construct(fkey, stack[-1] if stack else None))  # msprobe places filtered APIs too

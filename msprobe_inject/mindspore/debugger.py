@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Optional
 
 import numpy as np
 
-from .. import config as _config
 from ..debugger_base import DebuggerBase
-from ..recorder import Recorder
 from .adapter import new_recorder
-
-
-def get_runtime() -> Optional[Recorder]:
-    return PrecisionDebugger.get_runtime()
-
-
-def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> Recorder:
-    return PrecisionDebugger.install_runtime(cfg, zero_code)
 
 
 class PrecisionDebugger(DebuggerBase):

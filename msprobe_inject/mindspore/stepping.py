@@ -31,7 +31,7 @@ def activate(cfg: DumpConfig):
     from . import debugger
     from .state import graph_mode, is_optimizer, tls
 
-    rt: Recorder = debugger.install_runtime(cfg, zero_code=True)
+    rt: Recorder = debugger.PrecisionDebugger.install_runtime(cfg, zero_code=True)
     if _state["orig_call"] is not None:
         return rt
     try:

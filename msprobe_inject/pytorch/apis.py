@@ -131,12 +131,7 @@ class ApiHooks:
         stack = tls.stack
         keep = listed and (s.filters.keep(fkey, stack) if s.filters.active else True)
         if not keep:
-            tls.in_api = True
-            try:
-                out = func(*args, **kwargs)
-            finally:
-                tls.in_api = False
-            s.finish_api(base)
+            out = rec.call_through(func, args, kwargs, base)
             if rec.construct and rec.level == "mix":
                 # msprobe records the tree position of filtered APIs too
                 guard = quiet()

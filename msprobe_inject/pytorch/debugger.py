@@ -9,19 +9,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .. import config as _config
 from ..debugger_base import DebuggerBase
 from ..dumpformat import names
-from ..recorder import Recorder
 from .adapter import new_recorder
-
-
-def get_runtime() -> Optional[Recorder]:
-    return PrecisionDebugger.get_runtime()
-
-
-def install_runtime(cfg: _config.DumpConfig, zero_code: bool) -> Recorder:
-    return PrecisionDebugger.install_runtime(cfg, zero_code)
 
 
 class PrecisionDebugger(DebuggerBase):

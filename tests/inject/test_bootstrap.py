@@ -41,11 +41,17 @@ def test_inert_without_msprobe_env(tmp_path):
 
 
 def test_msprobe_enable_0_keeps_everything_inert(tmp_path):
-    log = tmp_path / "boot.log"
-    env = boot_env(tmp_path, BOOT, MSPROBE_DUMP_PATH=str(tmp_path / "d"), MSPROBE_ENABLE="0",
-                   MSPROBE_BOOT_LOG=str(log))
-    run([sys.executable, "-c", "pass"], str(tmp_path), env=env, check=0)
-    assert read_log(str(log)) == []
+    code = "import sys; print('msprobe_inject' in sys.modules)"
+    seen = {}
+    for enable in ("", "0"):  # the same environment with and without the switch: the log proves it was read
+        log = tmp_path / f"boot{enable}.log"
+        env = boot_env(tmp_path, BOOT, MSPROBE_DUMP_PATH=str(tmp_path / "d"), MSPROBE_BOOT_LOG=str(log))
+        if enable:
+            env["MSPROBE_ENABLE"] = enable
+        proc = run([sys.executable, "-c", code], str(tmp_path), env=env, check=0)
+        seen[enable] = (proc.stdout.strip(), [e.get("event") for e in read_log(str(log))])
+    assert seen[""][0] == "True" and "classify" in seen[""][1], seen
+    assert seen["0"] == ("False", []), seen
 
 
 USER_SITECUSTOMIZE = """\

@@ -42,8 +42,8 @@ torch.exp(p).sum().backward()
 opt.step()
 torch.exp(p)          # updated by the optimizer (in-place, version bump)
 debugger.stop(); debugger.step()
-from msprobe_inject.pytorch.debugger import get_runtime
-print("HITS", get_runtime().encoder.cache.hits)
+from msprobe_inject.pytorch import PrecisionDebugger
+print("HITS", PrecisionDebugger.get_runtime().encoder.cache.hits)
 """
 
 

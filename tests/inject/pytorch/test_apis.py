@@ -1,0 +1,83 @@
+"""API interception (pytorch/apis.py, apinames.py): msprobe's names, _VF, originals untouched, torch.compile."""
+
+from __future__ import annotations
+
+from util import PREAMBLE, load_dump, run_py
+
+
+def test_vf_lstm_is_captured(tmp_path):
+    code = PREAMBLE + """
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+lstm = nn.LSTM(4, 3)
+debugger.start()
+out, _ = lstm(torch.randn(2, 1, 4))
+out.sum().backward()
+debugger.stop(); debugger.step()
+"""
+    run_py(code, str(tmp_path))
+    d = load_dump(str(tmp_path / "d"))["data"]
+    assert "VF.lstm.0.forward" in d, list(d)
+
+
+def test_originals_are_untouched(tmp_path):
+    code = PREAMBLE + """
+orig = (F.gelu, torch.matmul, torch.Tensor.add, torch.Tensor.__add__, F.linear)
+debugger = PrecisionDebugger(dump_path="d", level="mix")
+m = Net()
+debugger.start(model=m)
+m(torch.randn(2, 4)).sum().backward()
+now = (F.gelu, torch.matmul, torch.Tensor.add, torch.Tensor.__add__, F.linear)
+assert all(a is b for a, b in zip(orig, now)), now
+assert isinstance(F.gelu, type(orig[0]))
+debugger.stop(); debugger.step()
+print("IDENTITY-OK")
+"""
+    assert "IDENTITY-OK" in run_py(code, str(tmp_path)).stdout
+
+
+def test_operators_get_msprobe_dunder_names(tmp_path):
+    code = PREAMBLE + """
+import math
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+debugger.start()
+a = torch.randn(3, requires_grad=True); b = torch.randn(3)
+scale = 0.5
+x = a + b; y = 2 * a; z = a * 2; w = 1.0 - a; v = scale * a; u = math.sqrt(2.0) * (a + b); q = a @ b
+c = b.clone(); c += 1
+a.add(b)
+debugger.stop(); debugger.step()
+"""
+    run_py(code, str(tmp_path))
+    keys = [k for k in load_dump(str(tmp_path / "d"))["data"] if k.endswith(".forward")]
+    assert keys == ["Tensor.__add__.0.forward", "Tensor.__rmul__.0.forward", "Tensor.__mul__.0.forward",
+                    "Tensor.__rsub__.0.forward", "Tensor.__rmul__.1.forward", "Tensor.__add__.1.forward",
+                    "Tensor.__rmul__.2.forward", "Tensor.__matmul__.0.forward", "Tensor.__iadd__.0.forward",
+                    "Tensor.add.0.forward"], keys
+
+
+def test_torch_compile_runs_without_recompiles(tmp_path):
+    code = PREAMBLE + """
+import torch._dynamo as dyn
+debugger = PrecisionDebugger(dump_path="d", level="mix")
+torch.manual_seed(0)
+m = Net()
+cm = torch.compile(m)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(3, 4)
+losses = []
+for i in range(3):
+    debugger.start(model=cm)
+    loss = cm(x).sum(); loss.backward(); opt.step(); opt.zero_grad()
+    losses.append(float(loss))
+    debugger.stop(); debugger.step()
+print("RECOMPILES", sum(dyn.utils.counters["recompiles"].values()))
+print("LOSSES", json.dumps(losses))
+"""
+    proc = run_py(code, str(tmp_path))
+    assert int(proc.stdout.split("RECOMPILES")[1].split()[0]) == 0
+    ref = run_py(code.replace('debugger = PrecisionDebugger(dump_path="d", level="mix")',
+                              "debugger = type('D', (), {'start': lambda *a, **k: None, 'stop': lambda *a: None, "
+                              "'step': lambda *a: None})()"), str(tmp_path))
+    assert proc.stdout.split("LOSSES")[1] == ref.stdout.split("LOSSES")[1]
+    d = load_dump(str(tmp_path / "d"), step=1)["data"]
+    assert "Tensor.sum.0.forward" in d and "Tensor.sum.0.backward" in d
