@@ -189,6 +189,8 @@ print("OK")
 def test_sigint_flushes_json_files(tmp_path):
     code = PREAMBLE + """
 import signal, time
+# the disposition this test relies on: a suite started in the background inherits SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 m = Net()
 debugger.start()

@@ -70,6 +70,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_sigterm_flushes_json_files(tmp_path):
     code = PREAMBLE + """
 import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the disposition this test relies on, not an inherited one
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 m = Net()
 debugger.start()

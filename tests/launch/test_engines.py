@@ -63,7 +63,8 @@ def test_wrap_form_runs_any_command_with_the_env_and_its_exit_code(tmp_path):
 
 
 def test_a_command_killed_by_a_signal_exits_128_plus_the_signal(tmp_path):
-    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    # the disposition this test relies on, not an inherited one
+    code = "import os, signal; signal.signal(signal.SIGTERM, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGTERM)"
     proc = launch(["--dump-path", "d", "--", sys.executable, "-c", code], str(tmp_path))
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
 
