@@ -18,6 +18,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import mint
 
+from .. import entries
 from ..dumpformat import files
 
 MAX_DEPTH = 400
@@ -54,8 +55,7 @@ def dtype_str(dtype: Any) -> str:
     return s
 
 
-class Pending(list):
-    """(entry, values, kind) triples of one record, resolved in the writer thread."""
+Pending = entries.Pending
 
 
 def _item(v: Any) -> Any:
@@ -134,21 +134,10 @@ def snapshot(t: ms.Tensor) -> ms.Tensor:
     return _TENSOR_COPY(t)
 
 
-class Encoder:
-    """Encodes one record's values. One instance per session; per-record state passed in."""
+class Encoder(entries.EncoderBase):
+    """Encodes one record's values to msprobe's entries, with the statistics of its tensors pending."""
 
-    def __init__(self, cfg, tensor_dir_fn, writer):
-        self.cfg = cfg
-        self.high = cfg.precision == "high"
-        self.summary = cfg.summary_mode
-        self.structure = cfg.task == "structure"
-        self.save_all = cfg.task == "tensor"
-        self.tensor_list = list(cfg.tensor_list)
-        self._tensor_dir = tensor_dir_fn
-        self._writer = writer
-
-    def wants_files(self, key: str) -> bool:
-        return self.save_all or (bool(self.tensor_list) and any(s in key for s in self.tensor_list))
+    tensor_type_name = "mindspore.Tensor"
 
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
         """Encode a value. file_prefix is the tensor file stem ('{key}.input') or None for no files."""
@@ -158,9 +147,7 @@ class Encoder:
         try:
             return self._tensor(t, pending, file_name)
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
-            msg = f"{type(exc).__name__}: {exc}"[:200]
-            self._writer.log_error(f"tensor {file_name or ''} skipped: {msg}")
-            return {"type": "mindspore.Tensor", "error": msg}
+            return self.skipped(exc, file_name)
 
     def _enc(self, v, pending, prefix, keys, depth, seen):
         if isinstance(v, ms.Tensor):
@@ -171,7 +158,7 @@ class Encoder:
         if v is None:
             return None
         if isinstance(v, _BUILTIN):
-            return _builtin(v)
+            return entries.builtin(v, _bound)
         if isinstance(v, _DTYPE):
             return {"type": "mindspore.dtype", "value": str(v)}
         if depth >= MAX_DEPTH:
@@ -287,23 +274,8 @@ def _ndarray(a: np.ndarray) -> Dict[str, Any]:
     return e
 
 
-def _builtin(v):
-    if isinstance(v, bool):
-        return {"type": "bool", "value": v}
-    if isinstance(v, int):
-        return {"type": "int", "value": v}
-    if isinstance(v, float):
-        return {"type": "float", "value": v}
-    if isinstance(v, str):
-        return {"type": "str", "value": v}
-    if isinstance(v, slice):
-        vals: List[Any] = []
-        for x in (v.start, v.stop, v.step):
-            if x is not None:
-                try:
-                    x = int(x)
-                except (TypeError, ValueError):
-                    x = None
-            vals.append(x)
-        return {"type": "slice", "value": vals}
-    return {"type": "ellipsis", "value": "..."}
+def _bound(x: Any) -> Any:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None

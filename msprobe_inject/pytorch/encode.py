@@ -11,11 +11,12 @@ import dataclasses
 import math
 import weakref
 import zlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
 
+from .. import entries
 from ..dumpformat import files
 from . import ptfile
 
@@ -61,8 +62,7 @@ def dtype_str(dtype: torch.dtype) -> str:
     return s
 
 
-class Pending(list):
-    """(entry, stat tensor, kind) triples of one record, resolved in the writer thread."""
+Pending = entries.Pending
 
 
 def _read_scalars(pending: list) -> Dict[int, list]:
@@ -363,26 +363,18 @@ def save_pt(tensor: torch.Tensor, path: str) -> None:
         torch.save(tensor, fh, _use_new_zipfile_serialization=tensor.dtype not in ptfile.LEGACY_DTYPES)
 
 
-class Encoder:
-    """Encodes one record's values. One instance per session; per-record state passed in."""
+class Encoder(entries.EncoderBase):
+    """Encodes one record's values to msprobe's entries, with the statistics of its tensors pending."""
+
+    tensor_type_name = "torch.Tensor"
 
     def __init__(self, cfg, tensor_dir_fn, writer):
-        self.cfg = cfg
-        self.high = cfg.precision == "high"
-        self.summary = cfg.summary_mode
+        super().__init__(cfg, tensor_dir_fn, writer)
         self.md5 = self.summary == "md5"
         if self.md5:
             use_isal_crc()
-        self.structure = cfg.task == "structure"
-        self.save_all = cfg.task == "tensor"
-        self.tensor_list = list(cfg.tensor_list)
-        self._tensor_dir = tensor_dir_fn
-        self._writer = writer
         self.cache = StatCache()
         self.use_cache = cfg.stat_cache
-
-    def wants_files(self, key: str) -> bool:
-        return self.save_all or (bool(self.tensor_list) and any(s in key for s in self.tensor_list))
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
@@ -405,15 +397,12 @@ class Encoder:
         try:
             return self._tensor(t, pending, file_name)
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
-            msg = f"{type(exc).__name__}: {exc}"[:200]
-            self._writer.log_error(f"tensor {file_name or ''} skipped: {msg}")
-            out: Dict[str, Any] = {"type": "torch.Tensor"}
+            known: Dict[str, Any] = {}
             try:
-                out.update(dtype=dtype_str(t.dtype), shape=list(t.shape))
+                known.update(dtype=dtype_str(t.dtype), shape=list(t.shape))
             except Exception:
                 pass
-            out["error"] = msg
-            return out
+            return self.skipped(exc, file_name, **known)
         finally:
             torch._C._set_grad_enabled(prev)
 
@@ -444,7 +433,7 @@ class Encoder:
         if keys and keys[-1] == "device" and isinstance(v, (int, str)) and not isinstance(v, bool):
             return {"type": "torch.device", "value": v}
         if isinstance(v, _BUILTIN):
-            return _builtin(v)
+            return entries.builtin(v, _bound)
         if isinstance(v, torch.Size):
             return {"type": "torch.Size", "value": [int(x) for x in v]}
         if depth >= MAX_DEPTH:
@@ -586,25 +575,10 @@ def _scalar(d: torch.Tensor):
         return None
 
 
-def _builtin(v):
-    if isinstance(v, bool):
-        return {"type": "bool", "value": v}
-    if isinstance(v, int):
-        return {"type": "int", "value": v}
-    if isinstance(v, float):
-        return {"type": "float", "value": v}
-    if isinstance(v, str):
-        return {"type": "str", "value": v}
-    if isinstance(v, slice):
-        vals: List[Any] = []
-        for x in (v.start, v.stop, v.step):
-            if isinstance(x, torch.Tensor):
-                x = x.item() if x.numel() == 1 else None
-            elif x is not None and not isinstance(x, (int, float)):
-                x = None
-            vals.append(x)
-        return {"type": "slice", "value": vals}
-    return {"type": "ellipsis", "value": "..."}
+def _bound(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.item() if x.numel() == 1 else None
+    return x if isinstance(x, (int, float)) else None
 
 
 def _process_group(pg) -> Dict[str, Any]:
