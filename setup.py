@@ -20,8 +20,10 @@ from setuptools.command.build_py import build_py
 
 PTH_NAME = "msprobe_launch.pth"
 PTH_CODE = (
-    "import os, sys; exec(\"if os.environ.get('MSPROBE_DUMP_PATH') or os.environ.get('MSPROBE_CONFIG')"
-    " or os.environ.get('MSPROBE_ENABLE'):\\n try:\\n  from msprobe_inject._boot.bootstrap import startup;"
+    "import os, sys; exec(\"e = os.environ.get('MSPROBE_ENABLE', '')\\n"
+    "if (os.environ.get('MSPROBE_DUMP_PATH') or os.environ.get('MSPROBE_CONFIG') or e)"
+    " and e.strip().lower() not in ('0', 'false', 'no', 'off'):\\n"
+    " try:\\n  from msprobe_inject._boot.bootstrap import startup;"
     " startup('pth')\\n except Exception as e:\\n"
     "  sys.stderr.write('[msprobe-launch] warning: startup hook failed: %r\\\\n' % (e,))\")\n"
 )

@@ -86,7 +86,10 @@ def _msprobe_chain():
 
 
 _msprobe_boot = None
-if os.environ.get("MSPROBE_DUMP_PATH") or os.environ.get("MSPROBE_CONFIG") or os.environ.get("MSPROBE_ENABLE"):
+_msprobe_enable = os.environ.get("MSPROBE_ENABLE", "")
+# envvars.is_disabled's spellings, repeated here: deciding must not import the package
+if (os.environ.get("MSPROBE_DUMP_PATH") or os.environ.get("MSPROBE_CONFIG") or _msprobe_enable) \
+        and _msprobe_enable.strip().lower() not in ("0", "false", "no", "off"):
     try:
         _msprobe_boot = _msprobe_bootstrap()
         _msprobe_boot.startup("sitecustomize")
