@@ -5,11 +5,14 @@ the reported figure is the median step time over all measured steps of all round
 against "none". mindstudio-probe's configurations run too when it is installed.
 
     python benchmarks/overhead.py [--rounds 3] [--steps 20] [--warmup 5] [--json out.json] [--only "none;L1"]
-                                  [--baseline DIR]
+                                  [--baseline DIR] [--clock wall|cpu]
 
 With ``--baseline DIR`` (a checkout of another revision, e.g. ``git worktree add DIR REV``, with the
 statistics kernel built or copied in), each of our configurations also runs with that checkout's
 code, interleaved with ours in the same rounds, as "NAME @base": a regression shows as a ratio to it.
+``--clock cpu`` times each step in the process's CPU time (every thread's) instead of wall time: on a
+machine busy with other work, wall time measures the other work; CPU time barely moves with it
+(torch then runs one intra-op thread, whose idle OpenMP partner would otherwise spin on the clock).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ CONFIGS = {
     "mix": ("ours", {"level": "mix"}),
     "L1 md5": ("ours", {"level": "L1", "summary_mode": "md5"}),
     "L1 tensor": ("ours", {"level": "L1", "task": "tensor"}),
+    "L1 fsync": ("ours", {"level": "L1", "fsync": True}),
     "L1 zero-code": ("zero-code", {"level": "L1"}),
     "msprobe dump off": ("msprobe-off", {}),
     "msprobe L0": ("msprobe", {"level": "L0"}),
@@ -62,6 +66,8 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
         cfg = {"task": settings.get("task", "statistics"), "dump_path": dump, "level": settings["level"]}
         section = {"summary_mode": settings["summary_mode"]} if "summary_mode" in settings else {}
         cfg[cfg["task"]] = section
+        if "fsync" in settings:
+            cfg["fsync"] = settings["fsync"]
         path = os.path.join(dump + ".json")
         with open(path, "w") as fh:
             json.dump(cfg, fh)
@@ -81,8 +87,9 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, 1000, (8, 128))
     times = []
+    clock = time.process_time if os.environ.get("OVERHEAD_CLOCK") == "cpu" else time.perf_counter
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0 = clock()
         if debugger is not None:
             debugger.start(model=model)
         out = model(input_ids=ids, labels=ids)
@@ -92,7 +99,7 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
         if debugger is not None:
             debugger.stop()
             debugger.step()
-        t1 = time.perf_counter()
+        t1 = clock()
         if i >= warmup:
             times.append(t1 - t0)
     print("TIMES " + json.dumps(times), flush=True)
@@ -120,6 +127,7 @@ CACHE: dict = {}
 
 
 BASE_SUFFIX = " @base"
+CLOCK = ["wall"]
 
 
 def run_one(name: str, steps: int, warmup: int, tmp: str, baseline: str = "") -> list:
@@ -131,6 +139,9 @@ def run_one(name: str, steps: int, warmup: int, tmp: str, baseline: str = "") ->
     dump = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env["OVERHEAD_CLOCK"] = CLOCK[0]
+    if CLOCK[0] == "cpu":
+        env["OMP_NUM_THREADS"] = "1"  # an idle OpenMP worker spins: its CPU time would be noise
     wtool = tool
     if tool == "zero-code":
         env["PYTHONPATH"] = os.path.join(root, "msprobe_inject", "_boot") + os.pathsep + env["PYTHONPATH"]
@@ -166,6 +177,8 @@ def main() -> None:
     ap.add_argument("--json", default=os.path.join(HERE, "overhead.json"))
     ap.add_argument("--only", default="", help="semicolon-separated configuration names")
     ap.add_argument("--baseline", default="", help="a checkout of another revision to compare against, interleaved")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: the process's CPU time per step (all threads), for a machine under other load")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
@@ -173,6 +186,7 @@ def main() -> None:
     if a.worker == "bandwidth":
         print(f"BW {bandwidth()}")
         return
+    CLOCK[0] = a.clock
     if a.worker:
         worker(a.worker, json.loads(a.settings), a.steps, a.warmup, a.dump)
         return

@@ -63,6 +63,8 @@ class DumpConfig:
     overflow_nums: int = 1
     step_on: str = "optimizer"  # zero-code step boundary
     pending_bytes: int = 256 << 20  # tensor task: memory budget of queued writes
+    fsync: bool = False  # each finished step's files reach stable storage before step() returns
+    keep_journal: bool = False  # a finished step keeps its dump.journal beside dump.json
 
     # derived, not user keys
     def to_dict(self) -> Dict[str, Any]:
@@ -226,7 +228,7 @@ def build_config(values: Mapping[str, Any]) -> DumpConfig:
         raise ConfigError("data_mode", f"must be a list of strings from {_allowed(DATA_MODES)}, got {dm!r}")
     cfg.data_mode = _check_data_mode(_str_list("data_mode", dm))
     cfg.summary_mode = _choice("summary_mode", v.get("summary_mode", cfg.summary_mode), SUMMARY_MODES)
-    for key in ("async_dump", "extra_info", "all_apis", "stat_cache"):
+    for key in ("async_dump", "extra_info", "all_apis", "stat_cache", "fsync", "keep_journal"):
         if key in v:
             setattr(cfg, key, _bool(key, v[key]))
     cfg.precision = _choice("precision", v.get("precision", cfg.precision), PRECISIONS)

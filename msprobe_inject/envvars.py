@@ -32,6 +32,8 @@ DATA_MODE = "MSPROBE_DATA_MODE"  # "forward,input" or a JSON list
 SUMMARY_MODE = "MSPROBE_SUMMARY_MODE"
 ASYNC_DUMP = "MSPROBE_ASYNC_DUMP"  # 1/0, true/false
 STEP_ON = "MSPROBE_STEP_ON"  # optimizer | forward | manual
+FSYNC = "MSPROBE_FSYNC"  # 1/0: a finished step's files are on stable storage before step() returns
+KEEP_JOURNAL = "MSPROBE_KEEP_JOURNAL"  # 1/0: a finished step keeps its dump.journal
 ENABLE = "MSPROBE_ENABLE"  # 0 switches everything off; 1 activates with defaults
 
 # Internal variables set by the launcher (documented, not meant to be set by hand).
@@ -145,6 +147,14 @@ OPTIONS: Tuple[Option, ...] = (
            "Step boundary: `optimizer` (each `optimizer.step()`, default), `forward` (each top-level model "
            "forward, for inference), `manual` (the script calls `step()`).",
            choices=("optimizer", "forward", "manual")),
+    Option(FSYNC, "fsync", ("--fsync",), "bool", "BOOL",
+           "At each step end, wait until the step's files are on stable storage (each file and directory "
+           "fsync'ed), so that a machine crash or power loss keeps every finished step. Without it a killed "
+           "process loses nothing written (the page cache outlives it), but a machine crash can lose the "
+           "steps of its last seconds."),
+    Option(KEEP_JOURNAL, "keep_journal", ("--keep-journal",), "bool", "BOOL",
+           "Keep each finished step's `dump.journal` beside its `dump.json`. By default a step's journal is "
+           "removed once its `dump.json` is written, so the dump holds no duplicate."),
     Option(RUN_ID, None, ("--run-id",), "str", "ID",
            "Id shared by all nodes of one job (default `--rdzv-id` under c10d, else a fresh uuid).",
            var_help="One id per job, shared by all nodes; the launcher always sets it (`--run-id`, `--rdzv-id` "

@@ -77,7 +77,7 @@ class Session:
         overflow = None
         if cfg.task == "overflow_check":
             overflow = cfg.overflow_nums if cfg.overflow_nums > 0 else 10**12
-        self.writer = DumpWriter(resolver, save_tensor, cfg.pending_bytes, overflow)
+        self.writer = DumpWriter(resolver, save_tensor, cfg.pending_bytes, overflow, cfg.fsync, cfg.keep_journal)
         self.filters = Filters(cfg)
         self.lock = threading.RLock()
         self.running = False
@@ -112,7 +112,7 @@ class Session:
         return not self.cfg.rank or rank is None or rank in self.cfg.rank
 
     def next_step(self) -> None:
-        self.flush()
+        self.writer.flush(finish=True)  # the step is complete on disk once step() returns
         self.api_counts.clear()
         self.module_counts.clear()
         self.pgrad_counts.clear()

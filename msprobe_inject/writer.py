@@ -89,6 +89,7 @@ class Link(NamedTuple):
 
 class Flush(NamedTuple):
     done: threading.Event
+    finish: bool  # the step ended: its end line is written (and its journal removed) before done is set
 
 
 class Close(NamedTuple):
@@ -163,7 +164,8 @@ class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
     def __init__(self, resolver: Callable[[list], None], save_tensor: Callable[[Any, str], None],
-                 pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None):
+                 pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
+                 keep_journal: bool = False):
         self._resolver = resolver
         self._save_tensor = save_tensor
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -181,6 +183,8 @@ class DumpWriter:
         self._pending = 0
         self._cv = threading.Condition()
         self._overflow_left = overflow_nums  # None: keep every record
+        self._fsync = fsync
+        self._keep_journal = keep_journal
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
         self._stack_text: Dict[tuple, Tuple[tuple, str]] = {}  # frames -> (text, its json)
@@ -230,12 +234,13 @@ class DumpWriter:
         """dst holds the same data as the already queued src: a hard link, or a copy where links fail."""
         self.send(Link(src, dst))
 
-    def flush(self, timeout: float = 600.0) -> None:
-        """Write the current step's documents; blocks until everything queued so far is on disk."""
+    def flush(self, timeout: float = 600.0, finish: bool = False) -> None:
+        """Write the current step's documents; blocks until everything queued so far is on disk. With
+        finish, the step is over: a kill after this returns finds it complete."""
         if self._thread is None:
             return
         ev = threading.Event()
-        self.send(Flush(ev), push=True)
+        self.send(Flush(ev, finish), push=True)
         self.wait(ev, self._thread, timeout)
 
     @staticmethod
@@ -348,7 +353,10 @@ class DumpWriter:
 
     def _on_flush(self, ev: Flush, lines: List[bytes]) -> bool:
         self._write_journal(lines)
-        self._write_documents()
+        if ev.finish:
+            self._finish_step()
+        else:
+            self._write_documents()
         ev.done.set()
         return False
 
@@ -506,6 +514,16 @@ class DumpWriter:
                 st.journal.close()
             except OSError:
                 pass
+        written = not st.records.dirty and st.directory not in self._failed_dirs
+        if written:
+            try:
+                if self._fsync:
+                    files.fsync_tree(st.directory)
+                if not self._keep_journal:
+                    # the documents hold everything the journal does; a crash from here on loses nothing
+                    os.unlink(os.path.join(st.directory, paths.JOURNAL))
+            except OSError as exc:
+                self.log_error(f"cannot finish {st.directory}: {exc}", st.directory)
         step = st.records.header.get("_step")
         if isinstance(step, int) and step not in self.steps_written:
             self.steps_written.append(step)

@@ -157,6 +157,24 @@ def write_atomic(path: str, data: Any, size: Optional[int] = None, direct: bool 
         raise
 
 
+def fsync_tree(directory: str) -> None:
+    """Every file below directory, and every directory, on stable storage (the rename of an atomic write is
+    durable only once its directory is)."""
+    for dirpath, _dirnames, filenames in os.walk(directory, followlinks=False):
+        for name in filenames:
+            _fsync_path(os.path.join(dirpath, name), os.O_RDONLY)
+        _fsync_path(dirpath, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    _fsync_path(os.path.dirname(directory), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    fd = os.open(path, flags | _O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def within(root: str, path: str) -> bool:
     root = os.path.realpath(root)
     return os.path.realpath(path).startswith(root + os.sep) or os.path.realpath(path) == root

@@ -86,6 +86,8 @@ SAMPLES = {
     "data_mode": (["--data-mode", "forward,input"], ["forward", "input"]),
     "summary_mode": (["--summary-mode", "xor"], "xor"),
     "async_dump": (["--async-dump"], True),
+    "fsync": (["--fsync"], True),
+    "keep_journal": (["--keep-journal"], True),
     "step_on": (["--step-on", "manual"], "manual"),
     "run_id": (["--run-id", "job-9"], "job-9"),
 }
@@ -142,7 +144,7 @@ def test_a_boolean_row_has_an_off_flag_that_reaches_the_config(tmp_path, monkeyp
 def test_to_env_and_overrides_from_env_are_inverse():
     values = {"dump_path": "d", "task": "tensor", "level": "mix", "step": [0, "2-3"], "rank": [1],
               "scope": ["a", "b"], "list": ["relu"], "data_mode": ["forward"], "summary_mode": "md5",
-              "async_dump": False, "step_on": "forward"}
+              "async_dump": False, "step_on": "forward", "fsync": True, "keep_journal": False}
     assert set(values) == {o.key for o in envvars.OPTIONS if o.key}
     env = envvars.to_env(values)
     assert set(env) == {o.var for o in envvars.OPTIONS if o.key}

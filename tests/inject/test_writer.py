@@ -110,3 +110,68 @@ print(json.dumps(seen))
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(s, complete, value) for s, _n, complete, value in seen] == [(0, True, 0.0), (1, True, 1.0)]
     assert all(n > 5 for _s, n, _c, _v in seen)
+
+
+def test_a_finished_steps_journal_is_removed_unless_kept(tmp_path):
+    """dump.json holds what the journal held once a step is finished: by default no duplicate stays."""
+    (tmp_path / "default").mkdir()
+    (tmp_path / "kept").mkdir()
+    default = run_config(tmp_path / "default", steps=2, level="L1")
+    kept = run_config(tmp_path / "kept", steps=2, level="L1", keep_journal=True)
+    for step in (0, 1):
+        assert sorted(os.listdir(rank_dir(default, step))) == ["construct.json", "dump.json", "stack.json"]
+        journal = os.path.join(rank_dir(kept, step), "dump.journal")
+        with open(journal, "rb") as fh:
+            assert fh.read().endswith(b'{"op": "end"}\n')
+        assert load_dump(kept, step) == load_dump(default, step)
+
+
+def _writer_run(tmp_path, monkeypatch, **kw):
+    from msprobe_inject.writer import DumpWriter, Record
+
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    d = str(tmp_path / "d" / "step0" / "rank0")
+    w = DumpWriter(lambda pending: None, lambda t, p: None, **kw)
+    w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+    w.send(Record("Functional.linear.0.forward", {"input_args": [], "input_kwargs": {}}, None))
+    w.close()
+    return d, synced
+
+
+def test_fsync_puts_each_finished_step_on_stable_storage(tmp_path, monkeypatch):
+    d, synced = _writer_run(tmp_path, monkeypatch, fsync=True, keep_journal=True)
+    names = {os.path.join(d, n) for n in ("dump.json", "stack.json", "construct.json", "dump.journal")}
+    assert names <= set(synced) and d in synced and os.path.dirname(d) in synced
+    _, synced = _writer_run(tmp_path / "off", monkeypatch)
+    assert synced == []  # off by default: no wait for the disk
+
+
+def test_a_step_whose_boundary_passed_is_complete_after_a_kill(tmp_path):
+    """Killed right after step() returned (no pause for the writer): the ended step is complete, not
+    "incomplete", and nothing of it needs recovering."""
+    code = PREAMBLE + """
+import signal
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+m = Net()
+for _ in range(2):
+    debugger.start()
+    m(torch.randn(2, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = run_py(code, str(tmp_path), check=False)
+    assert proc.returncode == -9
+    from msprobe_inject.dumpformat.journal import recover_tree
+
+    assert recover_tree(str(tmp_path / "d")) == []
+    for step in (0, 1):
+        d = load_dump(str(tmp_path / "d"), step)
+        assert "incomplete" not in d and "Functional.linear.0.backward" in d["data"]

@@ -12,7 +12,7 @@ def test_journal_alone_rebuilds_the_step(tmp_path):
     from msprobe_inject.writer import Construct, DumpWriter, Merge, Record, Stack, capture_stack
 
     d = str(tmp_path / "step0" / "rank0")
-    w = DumpWriter(lambda pending: None, lambda t, p: None)
+    w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
     w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path)})
     sites = {"linear": lambda: capture_stack(0),
              "relu": lambda: capture_stack(0)}  # two call sites, each seen three times
