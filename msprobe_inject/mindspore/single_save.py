@@ -18,7 +18,7 @@ from typing import Any
 import mindspore as ms
 from mindspore import ops
 
-from ..dumpformat import files
+from ..dumpformat import files, paths
 from . import encode
 
 _state = {"step": 0, "count": 0}
@@ -43,7 +43,7 @@ def _write(save_dir: str, name: str, tensor: ms.Tensor) -> None:
     """One tensor file; a failure is reported as a warning, never raised into the training script."""
     try:
         arr = encode.host_array(tensor)
-        d = os.path.join(save_dir, f"step{_state['step']}", f"rank{_rank()}")
+        d = paths.rank_dir(save_dir, _state["step"], _rank(), os.getpid())
         files.makedirs(d)
         fname = files.safe_component(f"{name}_{arr.dtype.name}_{_next_count()}") + ".npy"
         encode.save_npy(arr, os.path.join(d, fname))

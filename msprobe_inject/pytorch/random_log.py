@@ -12,7 +12,7 @@ import traceback
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..dumpformat import files
+from ..dumpformat import files, paths
 
 _RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
            "multinomial", "poisson", "uniform_", "normal_", "bernoulli_", "random_", "exponential_", "geometric_",
@@ -57,9 +57,10 @@ def install(output_path: str) -> None:
     try:
         import torch.distributed as dist
 
-        tag = f"rank{dist.get_rank()}" if dist.is_available() and dist.is_initialized() else f"proc{os.getpid()}"
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else None
     except Exception:
-        tag = f"proc{os.getpid()}"
+        rank = None
+    tag = paths.rank_dir_name(rank, os.getpid())
     log = _Log(os.path.join(output_path, f"random_{tag}_{time.strftime('%Y%m%d%H%M%S')}.csv"))
     _RandomMode(log).__enter__()
     for name in ("random", "randint", "uniform", "gauss", "choice", "shuffle"):
