@@ -301,6 +301,18 @@ class Recorder:
         except Exception as exc:
             self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
 
+    def module_abandon(self, frame: ModuleFrame) -> None:
+        """A module forward that raised: its place in the stack is given up; its inputs stay recorded."""
+        try:
+            stack = self.tls.stack
+            if stack and stack[-1] == frame.fkey:
+                stack.pop()
+            elif frame.fkey in stack:
+                stack.remove(frame.fkey)
+            self.session.filters.finished(frame.fkey)
+        except Exception as exc:
+            self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
+
     def module_backward_pre(self, bkey: str) -> None:
         """The output gradients of a module call arrived: its backward call starts (construct.json parent)."""
         if os.getpid() != self.pid:

@@ -15,6 +15,9 @@ from .state import tls
 
 _STRIDED = torch.strided
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+_RAISED = object()  # torch calls an always_call hook without kwargs when forward raised
+_RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
 
 
 def _fix_view(t):
@@ -180,6 +183,15 @@ class ModuleHooks:
         depth = tls.depth
         tls.depth = depth + 1
         frames = tls.mframes
+        if _graph_task() != -1:
+            # a module forward inside a backward pass is activation checkpointing's recomputation (reentrant
+            # or not): the same call again, not a new one; neither it nor its APIs are recorded
+            if tls.recompute == 0:
+                tls.recompute_in_api = tls.in_api
+                tls.in_api = True
+            tls.recompute += 1
+            frames.append(_RECOMPUTE)
+            return None
         prefix = self.names.get(module)
         if prefix is None:
             frames.append(None)
@@ -213,18 +225,39 @@ class ModuleHooks:
     def _post_nokw(self, module, args, output):
         return self._post(module, args, {}, output)
 
-    def _post(self, module, args, kwargs, output):
+    def _post(self, module, args, kwargs, output=_RAISED):
+        """The forward hook; also called by torch as hook(module, args, result) when forward raised
+        (always_call=True drops the kwargs then): the frame is closed, nothing is recorded for it."""
+        try:
+            return self._closing(module, args, kwargs, output)
+        except Exception as exc:  # never into the user's forward
+            try:
+                self.rec.log(f"module hook failed: {type(exc).__name__}: {exc}")
+            except Exception:
+                pass
+            return None
+
+    def _closing(self, module, args, kwargs, output):
         rec = self.rec
         if tls.busy or _is_compiling() or os.getpid() != rec.pid:
             return None
+        raised = output is _RAISED
         tls.depth = max(0, tls.depth - 1)
         frames = tls.mframes
         if not frames:
             return None
         frame: Optional[ModuleFrame] = frames.pop()
+        if frame is _RECOMPUTE:
+            tls.recompute = max(0, tls.recompute - 1)
+            if tls.recompute == 0:
+                tls.in_api = tls.recompute_in_api
+            return None
         if frame is None:
-            if tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
+            if not raised and tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
                 rec.step_boundary("forward")
+            return None
+        if raised:
+            rec.module_abandon(frame)
             return None
         rec.module_exit(frame, kwargs, output, lambda: dict(module.named_parameters(recurse=False)))
         if rec.bwd:
@@ -266,7 +299,8 @@ class ModuleHooks:
                 if prev is not None and prev[2]() is p:
                     continue  # we hold its AccumulateGrad node, so the parameter keeps that node
                 try:
-                    acc = p.expand_as(p).grad_fn
+                    with torch.enable_grad():  # a forward under no_grad (reentrant checkpointing) still trains p
+                        acc = p.expand_as(p).grad_fn
                     if acc is None:
                         continue
                     acc = acc.next_functions[0][0]
