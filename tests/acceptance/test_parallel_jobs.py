@@ -137,3 +137,46 @@ def test_sigterm_stops_a_job_hung_in_a_collective(tmp_path):
     assert took < 15, f"{took:.1f} s to stop (torchrun's SIGKILL comes after 30 s)\n{out[-3000:]}"
     assert "Unable to shutdown process" not in out, out[-3000:]
     assert os.path.isfile(os.path.join(dump, "step0", "rank0", "dump.json")), out[-3000:]
+
+
+def test_fsdp2_every_tensor_has_statistics(tmp_path):
+    """FSDP2 (fully_shard on each block and the root, AdamW): the optimizer's records on DTensors and the 0-d
+    step counters have statistics on both ranks; parameters are recorded as their local shards."""
+    proc, dump = dump_job("fsdp2", tmp_path)
+    assert _losses(proc.stdout) == baseline("fsdp2", tmp_path)
+    counts = check_dump(dump)
+    assert counts["dtensors"] > 100, counts
+    assert "first NaN/Inf of the job" not in proc.stdout + proc.stderr
+    shards = [e for data in rank_dumps(dump).values() for body in data.values() for _, e in tensor_entries(body)
+              if e.get("placements") == [{"Shard": {"dim": 0}}] and e["type"].endswith("DTensor")]
+    assert shards and all(e["Max"] is not None for e in shards)
+
+
+def test_fsdp2_nan_in_one_rank_is_reported_at_that_rank_and_step(tmp_path):
+    proc, dump = dump_job("fsdp2", tmp_path, "--nan-rank", "1", level="L1")
+    out = proc.stdout + proc.stderr
+    assert "first NaN/Inf of the job: rank 1, step 1" in out, out[-3000:]
+
+
+def test_ddp_with_activation_checkpointing(tmp_path):
+    proc, dump = dump_job("ckpt", tmp_path)
+    assert _losses(proc.stdout) == baseline("ckpt", tmp_path)
+    assert "raised an exception" not in proc.stderr, proc.stderr[-3000:]
+    check_dump(dump)
+    for where, data in rank_dumps(dump).items():
+        if where.startswith("step2"):
+            continue  # after the last optimizer step: nothing but the final records
+        # each block is called once per step: the recomputation in backward is left out
+        assert "Module.module.blocks.0.Block.forward.0" in data, (where, sorted(data)[:20])
+        assert not [k for k in data if k.startswith("Module.") and ".forward.1" in k], where
+        assert "Module.module.blocks.0.Block.backward.0" in data, where
+
+
+def test_compiled_model_has_no_false_nan(tmp_path):
+    proc, dump = dump_job("compile", tmp_path)
+    assert _losses(proc.stdout) == baseline("compile", tmp_path)
+    assert "first NaN/Inf of the job" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+    check_dump(dump)
+    data = rank_dumps(dump)[os.path.join("step0", "rank0")]
+    outs = [k for k, v in data.items() if "out" in (v.get("input_kwargs") or {})]
+    assert not outs, outs
