@@ -164,7 +164,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
         out = {"dump_path": args.dump, "labels": result.labels, "steps": result.steps, "compared": result.compared,
                "first": {k: _jsonable(v) for k, v in result.first.items()}, "counts": result.counts,
                "first_overall": _jsonable(result.first_overall) if result.first_overall else None,
-               "rank_local": result.rank_local, "notes": result.notes, "rtol": result.rtol, "atol": result.atol}
+               "rank_local": result.rank_local, "notes": result.notes, "rtol": result.rtol, "atol": result.atol,
+               "missing": [_jsonable(m) for m in result.missing], "missing_count": result.missing_count,
+               "shard_leaves": result.shard_leaves}
         json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:

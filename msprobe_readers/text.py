@@ -188,6 +188,15 @@ def format_ranks(r: RanksResult, dump_path: str = "") -> str:
         shown = ", ".join(r.rank_local[:4]) + (f" (+{len(r.rank_local) - 4} more)" if len(r.rank_local) > 4 else "")
         lines.append(f"note: {len(r.rank_local)} parameters_grad record(s) never agree across ranks and are treated "
                      f"as rank-local (captured before the gradient all-reduce): {shown}")
+    if r.missing_count:
+        lines.append(f"note: {r.missing_count} statistic(s) missing on one rank and present on its replica; "
+                     "not counted as differences:")
+        for m in r.missing[:5]:
+            lines.append(f"  rank {m.label}, step {m.step}, {m.record}: {m.leaf or '.'} missing "
+                         f"(rank {m.other_label} has it): {m.reason}")
+    if r.shard_leaves:
+        lines.append(f"note: {r.shard_leaves} sharded tensor(s) held as different shards on different ranks "
+                     "(DTensor placements): only replicas of the same shard are compared")
     for note in r.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -277,7 +277,12 @@ class StatCache:
 
     def get(self, key):
         e = self.entries.get(key)
-        if e is None or e[0]() is None:
+        if e is None:
+            return None
+        owner = e[0]()
+        # the owner still holds the same memory: FSDP2 frees a storage by resizing it to 0 bytes, the allocator
+        # hands the address to the next module's parameters, and their copy keeps the version counter
+        if owner is None or owner.data_ptr() != e[-1]:
             return None
         self.hits += 1
         return e
@@ -288,8 +293,9 @@ class StatCache:
         if len(self.entries) > 200_000:
             self.entries.clear()
         try:
-            self.entries[key] = (weakref.ref(_owner(t)), *value)
-        except TypeError:
+            owner = _owner(t)
+            self.entries[key] = (weakref.ref(owner), *value, owner.data_ptr())
+        except (TypeError, RuntimeError):
             pass
 
     def clear(self) -> None:
@@ -698,7 +704,7 @@ class Encoder:
         if cached is None and key is not None:
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
         elif cached is not None and saved is not None and cached[4] is None:
-            self.cache.entries[key] = (*cached[:4], saved)
+            self.cache.entries[key] = (*cached[:4], saved, cached[-1])
         return entry
 
     def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:

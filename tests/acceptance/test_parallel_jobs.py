@@ -74,6 +74,15 @@ def rank_dumps(dump: str) -> dict:
     return out
 
 
+def ranks_consistent(dump: str, cwd) -> str:
+    """`msprobe-dump ranks`: consistent, and nothing counted from a missing statistic."""
+    proc = subprocess.run([sys.executable, "-m", "msprobe_readers.cli", "ranks", dump, "--no-progress"],
+                          cwd=str(cwd), env=base_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0 and "rank 1: consistent" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "missing on one rank" not in proc.stdout, proc.stdout
+    return proc.stdout
+
+
 def check_dump(dump: str) -> dict:
     """Every tensor with elements has finite statistics (no NaN is planted), no tool error; returns the counts."""
     counts = {"tensors": 0, "dtensors": 0}
@@ -105,6 +114,7 @@ def test_tensor_parallel_never_hangs(tmp_path, level):
     assert _losses(proc.stdout) == baseline("tp", tmp_path)
     counts = check_dump(dump)
     assert counts["dtensors"] > 10, counts
+    assert "only replicas of the same shard are compared" in ranks_consistent(dump, tmp_path)
 
 
 def test_sigterm_stops_a_job_hung_in_a_collective(tmp_path):
@@ -146,6 +156,8 @@ def test_fsdp2_every_tensor_has_statistics(tmp_path):
     assert _losses(proc.stdout) == baseline("fsdp2", tmp_path)
     counts = check_dump(dump)
     assert counts["dtensors"] > 100, counts
+    out = ranks_consistent(dump, tmp_path)  # the unsharded parameters of the forward agree across ranks
+    assert "param 10" in out, out
     assert "first NaN/Inf of the job" not in proc.stdout + proc.stderr
     shards = [e for data in rank_dumps(dump).values() for body in data.values() for _, e in tensor_entries(body)
               if e.get("placements") == [{"Shard": {"dim": 0}}] and e["type"].endswith("DTensor")]
@@ -163,6 +175,7 @@ def test_ddp_with_activation_checkpointing(tmp_path):
     assert _losses(proc.stdout) == baseline("ckpt", tmp_path)
     assert "raised an exception" not in proc.stderr, proc.stderr[-3000:]
     check_dump(dump)
+    ranks_consistent(dump, tmp_path)
     for where, data in rank_dumps(dump).items():
         if where.startswith("step2"):
             continue  # after the last optimizer step: nothing but the final records
