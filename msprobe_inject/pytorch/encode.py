@@ -158,7 +158,8 @@ def _read_scalars(pending: list) -> Dict[int, list]:
     groups: Dict[torch.dtype, tuple] = {}
     for i, item in enumerate(pending):
         stat = item[1]
-        if type(stat) is tuple and all(type(x) is _TENSOR for x in stat):  # the 0-d results share a dtype
+        # the 0-d results of one tensor come from one reduction: same dtype, and plain when the first is
+        if type(stat) is tuple and type(stat[0]) is _TENSOR:
             g = groups.get(stat[0].dtype)
             if g is None:
                 g = groups[stat[0].dtype] = ([], [])
