@@ -1,6 +1,7 @@
 """Issue 20's jobs through the real launcher and torchrun (2 ranks, gloo, CPU, tiny models): tensor
-parallel, FSDP2, DDP + activation checkpointing, torch.compile. Each: the loss of the run without the
-tool, no hang (every run under a timeout), statistics for every tensor with elements, no false NaN/Inf."""
+parallel, FSDP2, DDP + activation checkpointing, DDP + no_sync + bf16 autocast, torch.compile. Each: the
+loss of the run without the tool, no hang (every run under a timeout), statistics for every tensor with
+elements, no false NaN/Inf."""
 
 from __future__ import annotations
 
@@ -193,3 +194,18 @@ def test_compiled_model_has_no_false_nan(tmp_path):
     data = rank_dumps(dump)[os.path.join("step0", "rank0")]
     outs = [k for k, v in data.items() if "out" in (v.get("input_kwargs") or {})]
     assert not outs, outs
+
+
+def test_tensor_parallel_nan_in_one_rank_is_reported_at_that_rank_and_step(tmp_path):
+    proc, dump = dump_job("tp", tmp_path, "--nan-rank", "1", level="L1")
+    out = proc.stdout + proc.stderr
+    assert "first NaN/Inf of the job: rank 1, step 1" in out, out[-3000:]
+
+
+def test_ddp_no_sync_bf16_autocast(tmp_path):
+    proc, dump = dump_job("ddp_amp", tmp_path)
+    assert _losses(proc.stdout) == baseline("ddp_amp", tmp_path)
+    check_dump(dump)
+    ranks_consistent(dump, tmp_path)
+    data = rank_dumps(dump)[os.path.join("step0", "rank1")]
+    assert any(e["dtype"] == "torch.bfloat16" for body in data.values() for _, e in tensor_entries(body))

@@ -1,5 +1,6 @@
 """The jobs people run today, tiny and on gloo: tensor parallel, FSDP2, DDP + activation checkpointing,
-torch.compile. ``python parallel_jobs.py KIND [--nan-rank R]``; prints ``LOSS <step> <value>`` per step on rank 0."""
+DDP + no_sync gradient accumulation + bf16 autocast, torch.compile.
+``python parallel_jobs.py KIND [--nan-rank R] [--hang]``; prints ``LOSS <step> <value>`` per step on rank 0."""
 
 import argparse
 import os
@@ -62,7 +63,7 @@ def build(kind: str, rank: int, world: int):
         for b in model.blocks:
             fully_shard(b, mesh=mesh)
         fully_shard(model, mesh=mesh)
-    elif kind == "ckpt":
+    elif kind in ("ckpt", "ddp_amp"):
         model = nn.parallel.DistributedDataParallel(model)
     elif kind == "compile":
         model = torch.compile(model)
@@ -71,7 +72,7 @@ def build(kind: str, rank: int, world: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["tp", "fsdp2", "ckpt", "compile"])
+    ap.add_argument("kind", choices=["tp", "fsdp2", "ckpt", "ddp_amp", "compile"])
     ap.add_argument("--nan-rank", type=int, default=-1)
     ap.add_argument("--hang", action="store_true", help="rank 1 never joins the step-1 collectives")
     a = ap.parse_args()
@@ -93,7 +94,15 @@ def main() -> None:
         if a.hang and step == 1 and rank == 1:  # the job's own hang: both ranks wait in C, in a collective
             print("HANGING", flush=True)
             dist.recv(torch.empty(1), src=0)
-        loss = F.cross_entropy(model(x), y)
+        if a.kind == "ddp_amp":  # two micro-batches, the first without the gradient all-reduce
+            with model.no_sync():
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = F.cross_entropy(model(x[:2]), y[:2])
+                loss.backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x[2:]), y[2:])
+        else:
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
