@@ -151,6 +151,7 @@ class ModuleHooks:
         self.md_prefix: Optional[str] = None  # module_dump(): the one module recorded
         self._acc: Dict[tuple, Any] = {}  # (module prefix, parameter) -> (AccumulateGrad node, handle, ref)
         self.handles: list = []
+        self._compiled_done: set = set()  # ids of compiled modules whose submodules' gradients are hooked
 
     def install(self) -> None:
         from torch.nn.modules import module as mm
@@ -169,11 +170,29 @@ class ModuleHooks:
         self._acc.clear()
 
     def name_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        root = model._orig_mod if _compiled(model) else model
         for path, sub in model.named_modules():
-            if sub is model or type(sub).__name__ == "FullyShardedDataParallel":
+            if sub is model or sub is root or type(sub).__name__ == "FullyShardedDataParallel":
                 continue
             if sub not in self.names:
-                self.names[sub] = names.module_prefix("Module", path, type(sub).__name__, index)
+                # torch.compile's wrapper is transparent: the names (and a compiled submodule's boundary record,
+                # under its original class) are the uncompiled model's, so a compiled dump aligns with an eager one
+                path = path.replace("._orig_mod", "")
+                if path.startswith("_orig_mod."):
+                    path = path[len("_orig_mod."):]
+                cls = type(sub._orig_mod if _compiled(sub) else sub).__name__
+                self.names[sub] = names.module_prefix("Module", path, cls, index)
+
+    def _compiled_param_hooks(self, module) -> None:
+        """Parameter-gradient hooks for a compiled module's submodules, whose forward hooks never run (they are
+        traced away with the compiled frame); their AccumulateGrad nodes still fire."""
+        if id(module) in self._compiled_done:
+            return
+        self._compiled_done.add(id(module))
+        for sub in module._orig_mod.modules():
+            prefix = self.names.get(sub)
+            if prefix is not None:
+                self._param_grad_hooks(sub, prefix)
 
     # ---- forward ----
     def _pre(self, module, args):
@@ -200,6 +219,8 @@ class ModuleHooks:
                     rec.top_level_call(module)
                 if rec.token_range is not None and id(module) in rec.hooked_models:
                     rec.token_tick()
+                if rec.bwd and rec.session.running and _compiled(module):
+                    self._compiled_param_hooks(module)
             except Exception as exc:
                 rec.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
             return None
@@ -262,6 +283,8 @@ class ModuleHooks:
         rec.module_exit(frame, kwargs, output, lambda: dict(module.named_parameters(recurse=False)))
         if rec.bwd:
             self._param_grad_hooks(module, frame.prefix)
+            if _compiled(module):
+                self._compiled_param_hooks(module)
         bw = frame.backward
         if bw is None or output is None:
             return None
@@ -326,6 +349,11 @@ class ModuleHooks:
                 rec.param_grad(prefix, pname, grad_of)
 
         return hook
+
+
+def _compiled(module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None),
+                                                                   torch.nn.Module)
 
 
 def _fwd_hook_kwargs() -> bool:

@@ -194,6 +194,27 @@ def test_compiled_model_has_no_false_nan(tmp_path):
     data = rank_dumps(dump)[os.path.join("step0", "rank0")]
     outs = [k for k, v in data.items() if "out" in (v.get("input_kwargs") or {})]
     assert not outs, outs
+    # the compiled region's parameter gradients, named as the uncompiled model's
+    assert "Module.blocks.0.up.Linear.parameters_grad.0" in data, sorted(data)
+
+
+def test_compiled_dump_diffs_against_the_same_script_run_eagerly(tmp_path):
+    """README: TORCHDYNAMO_DISABLE=1 dumps the same script uncompiled; diff aligns the records both have."""
+    _, compiled = dump_job("compile", tmp_path, name="compiled")
+    eager = str(tmp_path / "eager")
+    cmd = LAUNCH + ["--standalone", "--nproc-per-node", "2", "--dump-path", eager, "--level", "mix", SCRIPT,
+                    "compile"]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=base_env(TORCHDYNAMO_DISABLE="1"), capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Module.blocks.0.up.Linear.forward.0" in rank_dumps(eager)[os.path.join("step0", "rank0")]
+    proc = subprocess.run([sys.executable, "-m", "msprobe_readers.cli", "diff", compiled, eager, "--no-progress",
+                           "--json", "--rtol", "1e-4", "--atol", "1e-6"],
+                          cwd=str(tmp_path), env=base_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    out = json.loads(proc.stdout)
+    pairs = out["pairs"]
+    assert pairs and all(p["beyond"] == 0 for p in pairs), proc.stdout[-3000:]
+    assert sum(p["compared"] for p in pairs) >= 4 * 10  # the loss, the parameter gradients, the updates
 
 
 def test_tensor_parallel_nan_in_one_rank_is_reported_at_that_rank_and_step(tmp_path):
