@@ -70,3 +70,16 @@ def test_summary_shows_whole_tensor_figures(tmp_path):
     proc = dump_cli(["summary", str(d), "--no-progress"], tmp_path)
     assert "whole-tensor figures for 1 (all shards dumped)" in proc.stdout, proc.stdout + proc.stderr
     assert "input_args.0 shape [4,4]: Max=5 Min=-1 Mean=1.5 Norm=3.60555" in proc.stdout, proc.stdout
+
+
+def test_report_has_the_whole_tensor_section(tmp_path):
+    from msprobe_readers import report
+
+    d = tmp_path / "dump"
+    s0 = [{"Shard": {"dim": 0}}]
+    write_dump(d / "step0" / "rank0", {"Tensor.add_.0.forward": fwd(_piece(3.0, -1.0, 1.0, 2.0, (2, 4), s0, [0, 1]))})
+    write_dump(d / "step0" / "rank1", {"Tensor.add_.0.forward": fwd(_piece(5.0, 0.0, 2.0, 3.0, (2, 4), s0, [0, 1]))})
+    out = tmp_path / "r.html"
+    report.build_report(str(d), str(out))
+    page = out.read_text()
+    assert "Sharded tensors (whole-tensor figures)" in page and "<td>3.60555</td>" in page and "[4,4]" in page
