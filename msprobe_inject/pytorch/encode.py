@@ -149,7 +149,7 @@ def local_view(t: torch.Tensor) -> Tuple[Optional[torch.Tensor], str, Optional[D
             inner = []
         if len(inner) == 1 and type(inner[0]) is _TENSOR and inner[0].shape == t.shape and inner[0].dtype == t.dtype:
             return inner[0], name, None, None
-    return None, name, None, f"{name} is a tensor subclass whose operations may communicate"
+    return None, name, None, "a tensor subclass whose operations may communicate"
 
 
 def _read_scalars(pending: list) -> Dict[int, list]:

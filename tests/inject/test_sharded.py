@@ -159,3 +159,42 @@ def test_float8_has_statistics():
         pytest.skip("no float8")
     out, failed = _encode(_encoder(), [torch.tensor([1.0, -3.0]).to(f8)])
     assert failed is None and (out[0]["Max"], out[0]["Min"]) == (1.0, -3.0)
+
+
+UNREADABLE = """
+import sys, torch, warnings
+sys.path.insert(0, sys.argv[2])
+from test_sharded import _Wrapper
+from msprobe_inject.pytorch import PrecisionDebugger
+import json
+json.dump({"dump_path": sys.argv[1], "level": "L1", "task": "statistics"}, open(sys.argv[1] + ".json", "w"))
+debugger = PrecisionDebugger(config_path=sys.argv[1] + ".json")
+debugger.start()
+w = _Wrapper(torch.ones(3), torch.zeros(1))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.exp(w)
+    torch.exp(torch.ones(2))
+    debugger.stop(); debugger.step()
+print("WARN", [str(c.message) for c in caught if "msprobe" in str(c.message)])
+print("OPS", _Wrapper.ops)
+"""
+
+
+def test_a_statistic_not_computed_is_an_error_line_naming_the_record(tmp_path):
+    import os
+
+    from util import clean_env, load_dump, run_py
+
+    dump = str(tmp_path / "dump")
+    proc = run_py(UNREADABLE, str(tmp_path), env=clean_env(), args=(dump, os.path.dirname(__file__)))
+    data = load_dump(dump)["data"]
+    entry = data["Torch.exp.0.forward"]["input_args"][0]
+    assert entry["Max"] is None and "tensor subclass" in entry["error"]
+    assert data["Torch.exp.1.forward"]["output"][0]["Max"] is not None
+    logs = [os.path.join(r, f) for r, _, fs in os.walk(dump) for f in fs if f == "dump_error_info.log"]
+    assert logs, os.listdir(dump)
+    text = open(logs[0]).read()
+    assert "Torch.exp.0.forward: statistics not computed:" in text and "_Wrapper" in text, text
+    assert proc.stdout.count("statistics not computed") == 1, proc.stdout  # one warning per reason
+    assert "OPS ['aten.exp.default']" in proc.stdout, proc.stdout  # the job's own op only
