@@ -10,7 +10,7 @@ boundaries of zero-code runs), ``encode.py`` (values to msprobe's encodings, wit
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol, Tuple
 
 
 class Encoder(Protocol):
@@ -43,8 +43,9 @@ class Framework(Protocol):
     def rank(self) -> Optional[int]:
         """This process's rank from the framework's communication package, None before it is initialised."""
 
-    def resolve(self, pending: list) -> None:
-        """Writer thread: turn the pending statistics of a batch of records into numbers."""
+    def resolve(self, pending: list) -> Optional[Dict[int, str]]:
+        """Writer thread: turn the pending statistics of a batch of records into numbers; id(entry) -> reason
+        for the entries that could not be read (logged with their record's name), or None."""
 
     def save_tensor(self, tensor: Any, path: str) -> None:
         """Writer thread: write one tensor file."""

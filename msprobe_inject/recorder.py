@@ -16,6 +16,7 @@ import atexit
 import os
 import signal
 import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
@@ -135,13 +136,14 @@ class Recorder:
         except Exception as exc:
             self.writer.log_error(f"API interception could not be switched: {type(exc).__name__}: {exc}")
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: Optional[float] = None) -> None:
+        """Stop recording and write what was recorded; timeout bounds the wait for the writer (SIGTERM)."""
         if os.getpid() != self.pid:
             return
         try:
             self.session.running = False
             self.api_on = False
-            self.session.close()
+            self.session.close(timeout)
         except Exception:
             pass
 
@@ -311,6 +313,18 @@ class Recorder:
         except Exception as exc:
             self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
 
+    def module_abandon(self, frame: ModuleFrame) -> None:
+        """A module forward that raised: its place in the stack is given up; its inputs stay recorded."""
+        try:
+            stack = self.tls.stack
+            if stack and stack[-1] == frame.fkey:
+                stack.pop()
+            elif frame.fkey in stack:
+                stack.remove(frame.fkey)
+            self.session.filters.finished(frame.fkey)
+        except Exception as exc:
+            self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
+
     def module_backward_pre(self, bkey: str) -> None:
         """The output gradients of a module call arrived: its backward call starts (construct.json parent)."""
         if os.getpid() != self.pid:
@@ -442,21 +456,37 @@ def _forked_child(ref: Callable[[], Optional[Recorder]]) -> Callable[[], None]:
     return after_in_child
 
 
-def _chain_sigterm(flush: Callable[[], None]) -> None:
+SIGTERM_FLUSH_S = 5.0  # torchrun sends SIGKILL 30 s after SIGTERM: the dump gets a bounded share of that
+_SIGTERM_GRACE_S = 1.0  # how long the watcher lets the main thread's Python handler come first
+
+
+def _chain_sigterm(flush: Callable[[float], None]) -> None:
     """torchrun stops workers with SIGTERM, whose default action skips atexit: flush first, then do
-    what the previous handler would have done (the user's handler, or terminate by the signal)."""
+    what the previous handler would have done (the user's handler, or terminate by the signal).
+
+    A Python handler only runs when the main thread runs Python; a job hung in a collective (its own
+    hang, not ours) sits in C and would ignore SIGTERM until torchrun's SIGKILL. Where SIGTERM's action
+    was the default, a watcher thread learns of the signal through the wakeup fd and, when the main thread
+    has not handled it within a second, flushes (bounded) and terminates the process by the signal.
+    """
     if threading.current_thread() is not threading.main_thread():
         return
     try:
         prev = signal.getsignal(signal.SIGTERM)
     except (ValueError, OSError):
         return
+    state = {"handled": False, "flushed": threading.Lock()}
+
+    def flush_once() -> None:
+        if state["flushed"].acquire(blocking=False):
+            try:
+                flush(SIGTERM_FLUSH_S)
+            except Exception:
+                pass
 
     def handler(signum: int, frame: Any) -> Any:
-        try:
-            flush()
-        except Exception:
-            pass
+        state["handled"] = True
+        flush_once()
         if callable(prev):
             return prev(signum, frame)
         if prev == signal.SIG_IGN:
@@ -468,5 +498,82 @@ def _chain_sigterm(flush: Callable[[], None]) -> None:
     try:
         signal.signal(signal.SIGTERM, handler)
     except (ValueError, OSError):
-        pass
+        return
+    if prev in (signal.SIG_DFL, None):
+        _watch_sigterm(handler, state, flush_once)
 
+
+def _watch_sigterm(handler: Callable[..., Any], state: Dict[str, Any], flush_once: Callable[[], None]) -> None:
+    import socket
+
+    try:
+        r, w = socket.socketpair()
+        w.setblocking(False)
+    except OSError:
+        return
+    try:
+        old = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        r.close()
+        w.close()
+        return
+    if old != -1:  # the wakeup fd belongs to someone else (an asyncio loop): leave it to them
+        signal.set_wakeup_fd(old)
+        r.close()
+        w.close()
+        return
+    pid = os.getpid()
+
+    def release_in_child() -> None:
+        # a fork child (DataLoader worker) must not signal the parent's watcher through the shared socket
+        try:
+            cur = signal.set_wakeup_fd(-1)
+            if cur != w.fileno():
+                signal.set_wakeup_fd(cur)  # not ours any more
+        except (ValueError, OSError):
+            pass
+        r.close()
+        w.close()
+
+    os.register_at_fork(after_in_child=release_in_child)
+
+    def watch() -> None:
+        while True:
+            try:
+                data = r.recv(64)
+            except OSError:
+                return
+            if not data or os.getpid() != pid:
+                return
+            if signal.SIGTERM not in data:
+                continue
+            end = time.monotonic() + _SIGTERM_GRACE_S
+            while not state["handled"] and time.monotonic() < end:
+                time.sleep(0.05)
+            if state["handled"]:
+                continue  # the main thread runs the handler: it flushes and terminates
+            try:
+                if signal.getsignal(signal.SIGTERM) is not handler:
+                    continue  # the job installed its own handler since: its decision
+            except Exception:
+                pass
+            flush_once()
+            _die_by(signal.SIGTERM)
+
+    threading.Thread(target=watch, name="msprobe-sigterm", daemon=True).start()
+
+
+def _die_by(signum: int) -> None:
+    """Terminate the process by signum's default action from any thread (signal.signal is main-thread only)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.signal(signum, 0)  # SIG_DFL
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)
+    except Exception:
+        pass
+    os._exit(128 + signum)

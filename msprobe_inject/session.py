@@ -70,7 +70,7 @@ class Session:
     """One per process. Holds what msprobe's service holds, minus the framework."""
 
     def __init__(self, cfg: DumpConfig, framework: str, rank_fn: Callable[[], Optional[int]],
-                 resolver: Callable[[list], None], save_tensor: Callable[[Any, str], None]):
+                 resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None]):
         self.cfg = cfg
         self.framework = framework
         self._rank_fn = rank_fn
@@ -268,9 +268,9 @@ class Session:
         # or the cores are) and would lose up to pending_bytes of files in a crash
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, timeout: Optional[float] = None) -> None:
         try:
-            self.writer.close()
+            self.writer.close(timeout)
         finally:
             try:
                 from . import coord

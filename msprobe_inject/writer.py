@@ -163,7 +163,7 @@ class _OpenStep:
 class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
-    def __init__(self, resolver: Callable[[list], None], save_tensor: Callable[[Any, str], None],
+    def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
                  keep_journal: bool = False):
         self._resolver = resolver
@@ -251,25 +251,29 @@ class DumpWriter:
             if not thread.is_alive() or time.monotonic() > end:
                 return
 
-    def close(self) -> None:
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Write everything queued and stop the thread; timeout bounds the whole wait (default: 600 s + 30 s)."""
         if self._thread is None:
             return
-        self.flush()
+        end = time.monotonic() + timeout if timeout is not None else None
+        self.flush(timeout if timeout is not None else 600.0)
         ev = threading.Event()
         self.send(Close(ev), push=True)
         if self._thread.is_alive():
-            ev.wait(30)
+            ev.wait(30 if end is None else max(0.0, end - time.monotonic()))
         self._thread = None
 
-    def log_error(self, message: str, directory: Optional[str] = None) -> None:
-        """Log a tool error to dump_error_info.log and warn once per distinct message."""
+    def log_error(self, message: str, directory: Optional[str] = None, warn_as: Optional[str] = None) -> None:
+        """Log a tool error to dump_error_info.log and warn once per distinct message (or warn_as: the
+        same failure of many records is one warning)."""
         self.error_count += 1
         d = directory or self._dir
-        first = message not in self._errors_seen
-        self._errors_seen.add(message)
+        shown = warn_as or message
+        first = shown not in self._errors_seen
+        self._errors_seen.add(shown)
         if first:
             try:  # under -W error a warning raises: never into training code, never out of the writer
-                warnings.warn(f"[msprobe-launch] {message}", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"[msprobe-launch] {shown}", RuntimeWarning, stacklevel=2)
             except Exception:
                 pass
         if d is None or d in self._failed_dirs:
@@ -315,9 +319,12 @@ class DumpWriter:
             pending = [item for ev in batch if type(ev) in _RECORDS and ev.pending for item in ev.pending]
             if pending:
                 try:
-                    self._resolver(pending)  # the whole batch at once
+                    failed = self._resolver(pending)  # the whole batch at once
                 except Exception as exc:
+                    failed = None
                     self.log_error(f"statistics could not be read: {type(exc).__name__}: {exc}")
+                if failed:
+                    self._log_unread(batch, failed)
             for ev in batch:
                 try:
                     stop = handlers[type(ev)](ev, lines)
@@ -328,6 +335,15 @@ class DumpWriter:
                     self._write_journal(lines)
                     return
             self._write_journal(lines)
+
+    def _log_unread(self, batch: list, failed: Dict[int, str]) -> None:
+        """One error line per record whose statistics could not be read, naming it; one warning per reason."""
+        for ev in batch:
+            if type(ev) in _RECORDS and ev.pending:
+                reasons = sorted({failed[id(item[0])] for item in ev.pending if id(item[0]) in failed})
+                for reason in reasons:
+                    self.log_error(f"{ev.key}: statistics not computed: {reason}",
+                                   warn_as=f"statistics not computed: {reason}")
 
     def _live(self) -> Optional[_OpenStep]:
         """The open step, unless writing has stopped for good or its directory failed."""

@@ -134,19 +134,29 @@ def summary_json(summaries: List[sm.RankSummary]) -> List[Dict[str, Any]]:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from msprobe_readers import shards
+    from msprobe_readers.reading import discover
+
     progress, done = _progress([args.dump], not args.no_progress)
+    collector = shards.ShardCollector() if any(shards.has_dtensors(p) for p in discover(args.dump)) else None
     try:
-        summaries = sm.summarize(args.dump, progress=progress)
+        summaries = sm.summarize(args.dump, progress=progress,
+                                 on_record=collector.on_record if collector is not None else None)
     finally:
         done()
     first = sm.global_first_nan(summaries)
+    whole = shards.overview(collector.globals()) if collector is not None else None
     if args.json:
         out = {"dump_path": args.dump, "ranks": summary_json(summaries),
                "first_nan": dataclasses.asdict(first) if first else None}
+        if whole is not None:
+            out["sharded"] = whole
         json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:
         print(text.format_detail(summaries, args.dump, args.frames))
+        if whole is not None:
+            print(text.format_sharded(whole))
     incomplete = any(s.incomplete_steps for s in summaries)
     return 1 if first is not None or incomplete else 0
 
@@ -164,7 +174,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
         out = {"dump_path": args.dump, "labels": result.labels, "steps": result.steps, "compared": result.compared,
                "first": {k: _jsonable(v) for k, v in result.first.items()}, "counts": result.counts,
                "first_overall": _jsonable(result.first_overall) if result.first_overall else None,
-               "rank_local": result.rank_local, "notes": result.notes, "rtol": result.rtol, "atol": result.atol}
+               "rank_local": result.rank_local, "notes": result.notes, "rtol": result.rtol, "atol": result.atol,
+               "missing": [_jsonable(m) for m in result.missing], "missing_count": result.missing_count,
+               "shard_leaves": result.shard_leaves}
         json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:

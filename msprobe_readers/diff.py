@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Dict, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import names
+from msprobe_readers import shards
 from msprobe_readers import stats as st
 from msprobe_readers.reading import (
     ProcDir,
@@ -70,6 +71,8 @@ class PairResult:
     only_b: List[str] = field(default_factory=list)
     first: List[RecordDiff] = field(default_factory=list)  # the first few records beyond tolerance
     errors: List[str] = field(default_factory=list)
+    whole: int = 0  # DTensor leaves compared as whole tensors (shards combined across the ranks)
+    shard_only: int = 0  # DTensor leaves compared shard to shard (partial, or pieces missing)
 
     @property
     def label(self) -> str:
@@ -138,11 +141,35 @@ class _Compact:
             self.records[name] = st.leaves(value)
 
 
+Globals = Dict[shards.Key, shards.GlobalLeaf]
+
+
+def _whole(leaves: List[st.Leaf], proc: ProcDir, name: str, table: Optional[Globals],
+           result: PairResult) -> List[st.Leaf]:
+    """A record's leaves with each DTensor shard replaced by its whole tensor, where all shards were dumped."""
+    if not table:
+        return leaves
+    out = []
+    for leaf in leaves:
+        g = table.get((proc.root, proc.step, name, leaf.path)) if leaf.placements is not None else None
+        if g is not None and g.complete:
+            result.whole += 1
+            out.append(g.leaf)
+        else:
+            result.shard_only += leaf.placements is not None
+            out.append(leaf)
+    return out
+
+
 def diff_pair(a: ProcDir, b: ProcDir, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
               tensors: bool = True, keep: int = 20, writer: Optional[Any] = None,
-              progress: Optional[ProgressFn] = None) -> PairResult:
+              progress: Optional[ProgressFn] = None, globals_a: Optional[Globals] = None,
+              globals_b: Optional[Globals] = None) -> PairResult:
     result = PairResult(a, b)
     base = _Compact(b, result.errors, progress)
+    if globals_b:
+        base.records = {n: _whole(v, b, n, globals_b, result) for n, v in base.records.items()}
+        result.whole = result.shard_only = 0  # counted on A's side
     seen: Dict[str, None] = {}
 
     def failed(file: str, exc: Exception) -> None:
@@ -155,7 +182,8 @@ def diff_pair(a: ProcDir, b: ProcDir, rtol: float = DEFAULT_RTOL, atol: float = 
             result.only_a.append(name)
             continue
         result.compared += 1
-        rec = _diff_record(position, name, st.leaves(value), b_leaves, a, b, rtol, atol, tensors)
+        a_leaves = _whole(st.leaves(value), a, name, globals_a, result)
+        rec = _diff_record(position, name, a_leaves, b_leaves, a, b, rtol, atol, tensors)
         if rec.beyond:
             result.beyond += 1
             if len(result.first) < keep:
@@ -178,7 +206,7 @@ def _diff_record(position: int, name: str, a_leaves: List[st.Leaf], b_leaves: Li
             out.append(LeafDiff(la.path, la, None, "only in A"))
             continue
         d = LeafDiff(la.path, la, lb, st.leaf_mismatch(la, lb, rtol, atol))
-        if tensors and la.data_name and lb.data_name:
+        if tensors and la.data_name and lb.data_name and la.shape == lb.shape:
             d.cosine, d.max_abs = _tensor_metrics(tensor_path(a, la.data_name), tensor_path(b, lb.data_name))
             scale = max(abs(v) for v in (lb.stats[0], lb.stats[1], 0.0) if v is not None and math.isfinite(v))
             if d.reason is None and d.max_abs is not None and d.max_abs > atol + rtol * scale:
@@ -251,6 +279,9 @@ def diff_dumps(a_path: str, b_path: str, rtol: float = DEFAULT_RTOL, atol: float
     if csv_file is not None:
         writer = csv.writer(csv_file)
         writer.writerow(CSV_FIELDS)
-    pairs = [diff_pair(a, b, rtol, atol, tensors, keep, writer, progress)
-             for a, b in pair_dumps(a_path, b_path, steps, ranks)]
+    pairs_ = pair_dumps(a_path, b_path, steps, ranks)
+    # sharded tensors are compared whole: a TP or FSDP2 run against a single-device run, or two shardings
+    ga = shards.global_leaves(a_path, steps) if pairs_ else {}
+    gb = shards.global_leaves(b_path, steps) if pairs_ else {}
+    pairs = [diff_pair(a, b, rtol, atol, tensors, keep, writer, progress, ga, gb) for a, b in pairs_]
     return DiffResult(pairs, rtol, atol)

@@ -55,6 +55,18 @@ class Departure:
 
 
 @dataclass
+class Missing:
+    """A statistic one rank has and a replica lacks: reported, never counted as a difference."""
+
+    label: str
+    step: int
+    record: str
+    leaf: str
+    reason: str
+    other_label: str
+
+
+@dataclass
 class RanksResult:
     labels: List[str] = field(default_factory=list)  # every rank compared, in rank order
     first: Dict[str, Departure] = field(default_factory=dict)  # per rank label
@@ -64,6 +76,9 @@ class RanksResult:
     steps: List[int] = field(default_factory=list)
     rank_local: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    missing: List[Missing] = field(default_factory=list)  # the first few
+    missing_count: int = 0
+    shard_leaves: int = 0  # record leaves (DTensor) a rank holds a piece of that no other rank holds: not compared
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
 
@@ -201,22 +216,31 @@ class RankChecker:
             paths = [leaf.path for leaf in present[0].records[name][2] if all(leaf.path in ls for ls in leafsets)]
             if not paths:
                 continue
+            refs = self._references(present, leafsets, paths)
+            if not refs:
+                continue
             self.result.compared[kind] += 1
-            ref = self._reference(leafsets, paths)
-            departed = 0
+            departed = compared = 0
+            agree_ref = None
             for i, p in enumerate(present):
-                if i == ref:
-                    continue
+                checked = False
                 for path in paths:
-                    why = st.leaf_mismatch(leafsets[i][path], leafsets[ref][path], self.rtol, self.atol)
+                    ref = refs.get(path, {}).get(i)
+                    if ref is None or ref == i:
+                        continue
+                    checked = True
+                    a, b = leafsets[i][path], leafsets[ref][path]
+                    reason = st.missing_reason(a, b)
+                    if reason is not None:
+                        self._missing(p, present[ref], step, name, path, a, b, reason)
+                    why = st.leaf_mismatch(a, b, self.rtol, self.atol, skip_missing=True)
                     if why is None:
                         continue
                     departed += 1
                     dep = Departure(
                         label=p.proc.label, rank=p.proc.rank, root=root, step=step, position=p.records[name][0],
                         record=name, kind=kind, leaf=path, field=why,
-                        value=st.field_value(leafsets[i][path], why),
-                        reference=st.field_value(leafsets[ref][path], why),
+                        value=st.field_value(a, why), reference=st.field_value(b, why),
                         reference_label=present[ref].proc.label,
                         param=self._param_name(name, kind, path, present[ref]), ranks=len(present))
                     if kind == "grad":
@@ -227,12 +251,61 @@ class RankChecker:
                     else:
                         self._add(dep)
                     break
-            if kind == "grad" and departed < len(present) - 1:
+                else:
+                    if checked:
+                        agree_ref = next((refs[q][i] for q in paths if i in refs.get(q, {})), 0)
+                compared += checked
+            if kind == "grad" and departed < compared:
                 # some ranks agree here; on finite values only, since NaN everywhere agrees trivially
+                ref = agree_ref if agree_ref is not None else 0
                 finite = any(v is not None and math.isfinite(v) for path in paths for v in leafsets[ref][path].stats)
                 self._grad_agree[name] = self._grad_agree.get(name, False) or finite
             elif kind == "grad":
                 self._grad_agree.setdefault(name, False)
+
+    def _references(self, present: List[_Proc], leafsets: List[Dict[str, st.Leaf]],
+                    paths: List[str]) -> Dict[str, Dict[int, int]]:
+        """path -> {rank index: index of the rank it is compared with}. Only replicas are compared: ranks
+        holding the same shard of a DTensor (the same mesh coordinate along every non-Replicate placement);
+        a plain tensor, or a DTensor every rank holds alike, on all ranks with one reference per record."""
+        n = len(present)
+        whole: List[str] = []
+        groups: Dict[str, Dict[Any, List[int]]] = {}
+        for path in paths:
+            keys = [st.shard_key(leafsets[i][path], present[i].proc.rank) for i in range(n)]
+            if all(k == keys[0] for k in keys):
+                whole.append(path)
+                continue
+            g: Dict[Any, List[int]] = {}
+            for i, k in enumerate(keys):
+                g.setdefault(k, []).append(i)
+            groups[path] = g
+        refs: Dict[str, Dict[int, int]] = {}
+        if whole:
+            ref = self._reference(leafsets, whole)
+            for path in whole:
+                refs[path] = {i: ref for i in range(n)}
+        for path, g in groups.items():
+            table: Dict[int, int] = {}
+            if any(len(idxs) < 2 for idxs in g.values()):
+                self.result.shard_leaves += 1
+            for idxs in g.values():
+                if len(idxs) < 2:
+                    continue
+                ref = idxs[self._reference([leafsets[i] for i in idxs], [path])]
+                table.update({i: ref for i in idxs})
+            if table:
+                refs[path] = table
+        return refs
+
+    def _missing(self, p: _Proc, ref: _Proc, step: int, name: str, path: str, a: st.Leaf, b: st.Leaf,
+                 reason: str) -> None:
+        r = self.result
+        r.missing_count += 1
+        if len(r.missing) < 20:
+            lacking, other = (p, ref) if any(x is None and y is not None for x, y in zip(a.stats, b.stats)) \
+                else (ref, p)
+            r.missing.append(Missing(lacking.proc.label, step, name, path, reason, other.proc.label))
 
     @staticmethod
     def _param_name(name: str, kind: str, path: str, ref: _Proc) -> Optional[str]:

@@ -319,9 +319,30 @@ def _hit_html(hit: NanHit, first: bool = False) -> str:
             f"<code>{_e(hit.record)}</code><br>non-finite: <code>{_e(leaves)}</code>{src}")
 
 
+def _sharded_html(o: Dict[str, Any]) -> str:
+    """Whole-tensor figures of the sharded (DTensor) leaves, combined from the shards of all ranks."""
+    rows = [f"<section id='sharded'><h2>Sharded tensors (whole-tensor figures)</h2><p>{o['leaves']} DTensor leaves "
+            f"in {o['records']} records: {o['whole']} combined from all their shards (max of maxes, min of mins, "
+            f"count-weighted mean, root of summed squared norms), {o['partial']} partial (not combined), "
+            f"{o['incomplete']} with shards missing. Per-shard figures are in each rank's dump.json.</p>"]
+    for n in o["nonfinite"]:
+        rows.append(f"<div class='box nan'>NaN/Inf in the whole tensor: step {n['step']}, "
+                    f"<code>{_e(n['record'])}</code> {_e(n['leaf'])}</div>")
+    if o["largest"]:
+        rows.append("<table><tr><th>step</th><th>record</th><th>tensor</th><th>shape</th>"
+                    + "".join(f"<th>{k}</th>" for k in st.STATS) + "</tr>")
+        for x in o["largest"]:
+            rows.append(f"<tr><td>{x['step']}</td><td><code>{_e(x['record'])}</code></td><td>{_e(x['leaf'])}</td>"
+                        f"<td>{_e(st.fmt(tuple(x['shape'])))}</td>"
+                        + "".join(f"<td>{_e(st.fmt(x[k]))}</td>" for k in st.STATS) + "</tr>")
+        rows.append("</table>")
+    rows.append("</section>")
+    return "".join(rows)
+
+
 def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, series: SeriesCollector,
            grads: GradCollector, stats: Sequence[str] = ("Norm",), heatmap_steps: Optional[Sequence[int]] = None,
-           title: Optional[str] = None) -> str:
+           title: Optional[str] = None, sharded: Optional[Dict[str, Any]] = None) -> str:
     title = title or f"msprobe dump report: {os.path.basename(os.path.abspath(dump_path))}"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
              f"<style>{_CSS}</style></head><body>",
@@ -443,6 +464,8 @@ def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, ser
                          f"<td{' class=bad' if r.first_nan else ''}>{_e(nan)}</td>"
                          f"<td{' class=bad' if deps else ''}>{deps}</td></tr>")
     parts.append("</table>" + ("</details>" if n_rows > 64 else "") + "</section>")
+    if sharded is not None:
+        parts.append(_sharded_html(sharded))
 
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -456,15 +479,22 @@ def build_report(dump_path: str, out_path: str, records: Sequence[str] = (), sta
     series = SeriesCollector(tuple(records), max_series)
     grads = GradCollector()
     checker = RankChecker(patterns, rtol=rtol, atol=atol)
+    from msprobe_readers import shards
+    from msprobe_readers.reading import discover
+
+    collector = shards.ShardCollector() if any(shards.has_dtensors(p) for p in discover(dump_path)) else None
 
     def on_record(proc: ProcDir, position: int, name: str, value: Any) -> None:
         series.on_record(proc, position, name, value)
         grads.on_record(proc, position, name, value)
         checker.on_record(proc, position, name, value)
+        if collector is not None:
+            collector.on_record(proc, position, name, value)
 
     summaries = summarize(dump_path, on_record=on_record, progress=progress)
     ranks = checker.finish()
-    page = render(dump_path, summaries, ranks, series, grads, stats, heatmap_steps, title)
+    sharded = shards.overview(collector.globals()) if collector is not None else None
+    page = render(dump_path, summaries, ranks, series, grads, stats, heatmap_steps, title, sharded)
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(page)
     return {"summaries": summaries, "ranks": ranks, "first_nan": global_first_nan(summaries),

@@ -12,7 +12,7 @@ from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 from msprobe_inject.dumpformat.nonfinite import STATS, is_nonfinite
 
 __all__ = ["STATS", "Stats", "Leaf", "iter_tensors", "leaves", "close", "leaf_mismatch", "field_value", "delta",
-           "fmt", "median"]
+           "fmt", "median", "shard_key", "missing_reason"]
 Stats = Tuple[Optional[float], Optional[float], Optional[float], Optional[float]]
 
 
@@ -25,6 +25,62 @@ class Leaf(NamedTuple):
     stats: Stats
     md5: Optional[str]
     data_name: Optional[str]
+    placements: Optional[tuple] = None  # a DTensor's: ("S", dim) | ("R",) | ("P", reduce_op) per mesh dimension
+    mesh: Optional[tuple] = None  # a DTensor's device mesh: (shape, rank ids in row-major order)
+    error: Optional[str] = None  # why the statistics are missing, when the dump says
+
+
+def _placements(value: Any) -> Optional[tuple]:
+    if not isinstance(value, list):
+        return None
+    out = []
+    for p in value:
+        if isinstance(p, dict) and "Shard" in p:
+            out.append(("S", (p["Shard"] or {}).get("dim")))
+        elif isinstance(p, dict) and "Partial" in p:
+            out.append(("P", str((p["Partial"] or {}).get("reduce_op", "sum"))))
+        else:
+            out.append(("R",))
+    return tuple(out)
+
+
+def _mesh(value: Any) -> Optional[tuple]:
+    if not isinstance(value, list):
+        return None
+    shape: List[int] = []
+    level: Any = value
+    while isinstance(level, list):
+        shape.append(len(level))
+        level = level[0] if level else None
+    flat: List[Any] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, list):
+            for x in v:
+                walk(x)
+        else:
+            flat.append(v)
+
+    walk(value)
+    return tuple(shape), tuple(flat)
+
+
+def shard_key(leaf: Leaf, rank: Optional[int]) -> Optional[tuple]:
+    """Which piece of a sharded tensor a rank holds: its mesh coordinate along every dimension whose placement
+    is not Replicate (None for a plain tensor). Two ranks hold the same data only when their keys are equal."""
+    if leaf.placements is None or leaf.mesh is None:
+        return None
+    shape, flat = leaf.mesh
+    if rank is None or rank not in flat:
+        return ("rank", rank)
+    idx = flat.index(rank)
+    coords = []
+    for size in reversed(shape):
+        coords.append(idx % size if size else 0)
+        idx = idx // size if size else 0
+    coords.reverse()
+    return tuple(None if i >= len(leaf.placements) or leaf.placements[i][0] == "R" else c
+                 for i, c in enumerate(coords))
 
 
 def _num(value: Any) -> Optional[float]:
@@ -66,7 +122,9 @@ def leaves(value: Any, prefix: str = "") -> List[Leaf]:
                         tuple(shape) if isinstance(shape, list) else None,
                         (_num(entry.get("Max")), _num(entry.get("Min")), _num(entry.get("Mean")),
                          _num(entry.get("Norm"))),
-                        str(md5) if md5 is not None else None, entry.get("data_name")))
+                        str(md5) if md5 is not None else None, entry.get("data_name"),
+                        _placements(entry.get("placements")), _mesh(entry.get("device_mesh")),
+                        entry.get("error") if isinstance(entry.get("error"), str) else None))
     return out
 
 
@@ -81,13 +139,16 @@ def close(a: Optional[float], b: Optional[float], rtol: float, atol: float) -> b
     return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
 
 
-def leaf_mismatch(a: Leaf, b: Leaf, rtol: float, atol: float) -> Optional[str]:
-    """The first field in which two leaves disagree beyond tolerance ("shape", "dtype", "md5", a statistic), or None."""
+def leaf_mismatch(a: Leaf, b: Leaf, rtol: float, atol: float, skip_missing: bool = False) -> Optional[str]:
+    """The first field in which two leaves disagree beyond tolerance ("shape", "dtype", "md5", a statistic), or None.
+    skip_missing: a statistic missing on either side is not compared (it is not a difference)."""
     if a.shape != b.shape:
         return "shape"
     if a.dtype != b.dtype:
         return "dtype"
     for stat, x, y in zip(STATS, a.stats, b.stats):
+        if skip_missing and (x is None or y is None):
+            continue
         if not close(x, y, rtol, atol):
             return stat
     if a.md5 is not None and b.md5 is not None and a.md5 != b.md5:
@@ -125,3 +186,10 @@ def median(values: List[float]) -> float:
     n = len(ordered)
     mid = n // 2
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def missing_reason(a: Leaf, b: Leaf) -> Optional[str]:
+    """Why a has a statistic missing that b has (or the other way round), or None when both have the same ones."""
+    if all((x is None) == (y is None) for x, y in zip(a.stats, b.stats)):
+        return None
+    return a.error or b.error or "not recorded"

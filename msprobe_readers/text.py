@@ -188,8 +188,33 @@ def format_ranks(r: RanksResult, dump_path: str = "") -> str:
         shown = ", ".join(r.rank_local[:4]) + (f" (+{len(r.rank_local) - 4} more)" if len(r.rank_local) > 4 else "")
         lines.append(f"note: {len(r.rank_local)} parameters_grad record(s) never agree across ranks and are treated "
                      f"as rank-local (captured before the gradient all-reduce): {shown}")
+    if r.missing_count:
+        lines.append(f"note: {r.missing_count} statistic(s) missing on one rank and present on its replica; "
+                     "not counted as differences:")
+        for m in r.missing[:5]:
+            lines.append(f"  rank {m.label}, step {m.step}, {m.record}: {m.leaf or '.'} missing "
+                         f"(rank {m.other_label} has it): {m.reason}")
+    if r.shard_leaves:
+        lines.append(f"note: {r.shard_leaves} sharded tensor(s) held as different shards on different ranks "
+                     "(DTensor placements): only replicas of the same shard are compared")
     for note in r.notes:
         lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def format_sharded(o: Dict[str, Any]) -> str:
+    """The summary's section on sharded (DTensor) tensors: their whole-tensor figures, combined from the shards."""
+    lines = ["", f"sharded tensors (DTensor): {o['leaves']} leaves in {o['records']} records; whole-tensor figures "
+                 f"for {o['whole']} (all shards dumped), {o['partial']} partial (not combined), "
+                 f"{o['incomplete']} with shards missing"]
+    for n in o["nonfinite"]:
+        lines.append(f"  NaN/Inf in the whole tensor: step {n['step']}, {n['record']}: {n['leaf']}")
+    if o["largest"]:
+        lines.append("  largest whole-tensor norms (max of maxes, min of mins, count-weighted mean, root of summed "
+                     "squared norms):")
+        for x in o["largest"]:
+            lines.append(f"    step {x['step']} {x['record']} {x['leaf']} shape {st.fmt(tuple(x['shape']))}: "
+                         + " ".join(f"{k}={st.fmt(x[k])}" for k in st.STATS))
     return "\n".join(lines)
 
 
@@ -238,6 +263,14 @@ def format_diff(r: DiffResult, a_path: str, b_path: str, top: int = 10) -> str:
     for p in r.pairs:
         for e in p.errors:
             lines.append(f"warning: {e}")
+    whole = sum(p.whole for p in r.pairs)
+    shard_only = sum(p.shard_only for p in r.pairs)
+    if whole:
+        lines.append(f"note: {whole} sharded (DTensor) tensor(s) compared as whole tensors: max of maxes, min of "
+                     "mins, count-weighted mean, root of summed squared norms over the shards of all ranks")
+    if shard_only:
+        lines.append(f"note: {shard_only} sharded tensor(s) compared shard to shard (a Partial placement, or "
+                     "shards of ranks not in the dump)")
     found = r.first
     if found is None:
         lines.append("no record differs beyond tolerance")

@@ -179,6 +179,10 @@ class ApiHooks:
         ignore = _IGNORE.get((prefix, api)) if prefix in ("Distributed", "NPU") else None
         a = args
         kw = kwargs
+        if kw and "out" in kw:
+            # an out= buffer (inductor's generated calls pass one) holds uninitialised memory until the call
+            # writes it: it is the output, recorded after the call, never an input
+            kw = {k: v for k, v in kw.items() if k != "out"}
         if ignore:
             pos = ignore.get("input", ())
             a = [None if i in pos else v for i, v in enumerate(args)]

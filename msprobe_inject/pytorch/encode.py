@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import weakref
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -65,12 +66,100 @@ def dtype_str(dtype: torch.dtype) -> str:
 Pending = entries.Pending
 
 
+class Unreadable(str):
+    """The kind of a pending item whose statistics cannot be computed: the reason, logged by the writer
+    with the record's name (a tensor with elements never gets silent nulls)."""
+
+
+DTENSOR_TYPE = "torch.distributed.tensor.DTensor"
+AC_TENSOR_TYPE = "torch.distributed._functional_collectives.AsyncCollectiveTensor"
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
+_DT_FIELDS: Dict[tuple, tuple] = {}  # (id(mesh), placements) -> (mesh, msprobe's device_mesh/placements fields)
+
+
+def _loaded_class(module: str, name: str):
+    # a class from a module nobody imported has no instances: no import (and its cost) on our side
+    m = sys.modules.get(module)
+    return getattr(m, name, None) if m is not None else None
+
+
+def _placement(p) -> Optional[Dict[str, Any]]:
+    """One placement as mindstudio-probe writes it ({"Shard": {"dim": d}}, {"Replicate": {}}, {"Partial": ...})."""
+    if p.is_shard():
+        return {"Shard": {"dim": int(p.dim)}}
+    if p.is_replicate():
+        return {"Replicate": {}}
+    if p.is_partial():
+        return {"Partial": {"reduce_op": str(getattr(p, "reduce_op", "sum"))}}
+    return None
+
+
+def _dtensor_fields(t) -> Dict[str, Any]:
+    mesh = t.device_mesh
+    placements = tuple(t.placements)
+    key = (id(mesh), placements)
+    hit = _DT_FIELDS.get(key)
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
+    fields = {"device_mesh": mesh.mesh.tolist(),  # the mesh's rank ids: a plain CPU tensor, no communication
+              "placements": [x for x in map(_placement, placements) if x is not None]}
+    if len(_DT_FIELDS) > 1024:
+        _DT_FIELDS.clear()
+    _DT_FIELDS[key] = (mesh, fields)
+    return fields
+
+
+def _type_name(t) -> str:
+    cls = type(t)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def local_view(t: torch.Tensor) -> Tuple[Optional[torch.Tensor], str, Optional[Dict[str, Any]], Optional[str]]:
+    """(plain torch.Tensor holding this rank's data of a tensor subclass, msprobe's type name, DTensor
+    fields, reason when there is no such tensor).
+
+    An op on a DTensor may redistribute (a collective, and a hang when ranks issue them in different
+    orders), so statistics are never computed through the subclass: a DTensor gives its local shard,
+    an AsyncCollectiveTensor the result of its already issued collective, a subclass without a
+    ``__torch_dispatch__`` its own data. Anything else is not reduced.
+    """
+    dt = _loaded_class("torch.distributed.tensor._api", "DTensor")
+    if dt is not None and isinstance(t, dt):
+        local = t._local_tensor
+        fields = _dtensor_fields(t)
+        if type(local) is not _TENSOR:
+            local, _, _, reason = local_view(local)
+            return local, DTENSOR_TYPE, fields, reason
+        return local, DTENSOR_TYPE, fields, None
+    act = _loaded_class("torch.distributed._functional_collectives", "AsyncCollectiveTensor")
+    if act is not None and isinstance(t, act):
+        local = t.trigger_wait()  # waits for the collective the job issued; starts none
+        if type(local) is _TENSOR:
+            return local, AC_TENSOR_TYPE, None, None
+        return None, AC_TENSOR_TYPE, None, f"its value is a {_type_name(local)}"
+    if type(t).__torch_dispatch__ is _PLAIN_DISPATCH:  # the same TensorImpl: a plain view of it is free
+        with torch._C.DisableTorchFunctionSubclass():
+            return torch.Tensor.as_subclass(t, _TENSOR), "torch.Tensor", None, None
+    name = _type_name(t)
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is not None:
+        try:
+            inner = [getattr(t, n) for n in flatten()[0]]
+        except Exception:
+            inner = []
+        if len(inner) == 1 and type(inner[0]) is _TENSOR and inner[0].shape == t.shape and inner[0].dtype == t.dtype:
+            return inner[0], name, None, None
+    return None, name, None, "a tensor subclass whose operations may communicate"
+
+
 def _read_scalars(pending: list) -> Dict[int, list]:
-    """All 0-d results of a batch read with one stack + tolist per dtype, not one .item() each."""
+    """All 0-d results of a batch read with one stack + tolist per dtype, not one .item() each.
+    Only plain tensors: an op on a subclass here could start a collective from the writer thread."""
     groups: Dict[torch.dtype, tuple] = {}
     for i, item in enumerate(pending):
         stat = item[1]
-        if type(stat) is tuple:  # the 0-d results of one tensor share its dtype
+        # the 0-d results of one tensor come from one reduction: same dtype, and plain when the first is
+        if type(stat) is tuple and type(stat[0]) is _TENSOR:
             g = groups.get(stat[0].dtype)
             if g is None:
                 g = groups[stat[0].dtype] = ([], [])
@@ -87,29 +176,63 @@ def _read_scalars(pending: list) -> Dict[int, list]:
     return out
 
 
-def resolve(pending: list) -> None:
-    """Fill the statistics of a batch of (entry, stat, kind) in place (writer thread)."""
-    scalars = _read_scalars(pending)
-    sqrt = math.sqrt
-    for i, (entry, stat, kind) in enumerate(pending):
-        vals = scalars[i] if type(stat) is tuple else stat.tolist()
-        if type(kind) is int:  # CPU float32: max, min, sum, sum of squares of `kind` elements
-            mx, mn, s, ss = vals
-            entry["Max"] = mx
-            entry["Min"] = mn
-            entry["Mean"] = s / kind
-            entry["Norm"] = sqrt(ss) if ss >= 0 else float("nan")
-        elif kind == "f":
-            entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = vals
-        elif kind == "i":
-            entry["Max"], entry["Min"] = vals
-        elif kind == "b":
-            entry["Max"], entry["Min"] = bool(vals[0]), bool(vals[1])
-        elif kind == "s":
-            v = vals[0]
-            entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = v
-        elif kind == "c":
-            entry["Max"], entry["Min"], entry["Mean"] = vals
+def _plain_values(stat) -> list:
+    items = stat if type(stat) is tuple else (stat,)
+    bad = next((x for x in items if type(x) is not _TENSOR), None)
+    if bad is not None:
+        raise TypeError(f"a {_type_name(bad)} statistic is not read by the writer thread")
+    if type(stat) is tuple:
+        return [x.item() for x in stat]
+    return stat.tolist()
+
+
+def resolve(pending: list) -> Optional[Dict[int, str]]:
+    """Fill the statistics of a batch of (entry, stat, kind) in place (writer thread).
+
+    Returns id(entry) -> reason for each entry whose statistics could not be read (its nulls stay,
+    with an "error" member); one failing tensor never costs the others of the batch their figures.
+    """
+    try:
+        scalars = _read_scalars(pending)
+    except Exception:  # one tensor spoils the stacked read: each is read on its own below
+        scalars = {}
+    failed: Optional[Dict[int, str]] = None
+    for i, item in enumerate(pending):
+        try:
+            _fill(item, scalars.get(i))
+        except Exception as exc:
+            entry, _, kind = item
+            reason = str(kind) if type(kind) is Unreadable else f"{type(exc).__name__}: {exc}"[:300]
+            entry["error"] = reason
+            if failed is None:
+                failed = {}
+            failed[id(entry)] = reason
+    return failed
+
+
+def _fill(item, vals: Optional[list], sqrt=math.sqrt) -> None:
+    entry, stat, kind = item
+    if type(kind) is Unreadable:
+        raise ValueError(kind)
+    if vals is None:
+        vals = _plain_values(stat)
+    if type(kind) is int:  # CPU float32: max, min, sum, sum of squares of `kind` elements
+        mx, mn, s, ss = vals
+        entry["Max"] = mx
+        entry["Min"] = mn
+        entry["Mean"] = s / kind
+        entry["Norm"] = sqrt(ss) if ss >= 0 else float("nan")
+    elif kind == "f":
+        entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = vals
+    elif kind == "i":
+        entry["Max"], entry["Min"] = vals
+    elif kind == "b":
+        entry["Max"], entry["Min"] = bool(vals[0]), bool(vals[1])
+    elif kind == "s":
+        v = vals[0]
+        entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = v
+    elif kind == "c":
+        entry["Max"], entry["Min"], entry["Mean"] = vals
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -155,7 +278,12 @@ class StatCache:
 
     def get(self, key):
         e = self.entries.get(key)
-        if e is None or e[0]() is None:
+        if e is None:
+            return None
+        owner = e[0]()
+        # the owner still holds the same memory: FSDP2 frees a storage by resizing it to 0 bytes, the allocator
+        # hands the address to the next module's parameters, and their copy keeps the version counter
+        if owner is None or owner.data_ptr() != e[-1]:
             return None
         self.hits += 1
         return e
@@ -166,8 +294,9 @@ class StatCache:
         if len(self.entries) > 200_000:
             self.entries.clear()
         try:
-            self.entries[key] = (weakref.ref(_owner(t)), *value)
-        except TypeError:
+            owner = _owner(t)
+            self.entries[key] = (weakref.ref(owner), *value, owner.data_ptr())
+        except (TypeError, RuntimeError):
             pass
 
     def clear(self) -> None:
@@ -256,8 +385,14 @@ def stat_of(t: torch.Tensor, high_precision: bool):
     if dt is _F32 and t.layout is _STRIDED and t.is_cpu and not high_precision and t.dim() and t.numel() \
             and t.is_contiguous():
         return _f32_cpu_stats(t)  # the common case first
-    if t.is_meta or dt in _FLOAT8 or t.numel() == 0:
+    if t.is_meta or t.numel() == 0:
         return None, None
+    if dt in _FLOAT8:  # every float8 value is exact in float32
+        try:
+            t = t.to(_F32)
+        except Exception as exc:
+            return None, Unreadable(f"{dtype_str(dt)}: {type(exc).__name__}: {exc}"[:200])
+        return stat_of(t, high_precision)
     if t.layout != torch.strided:
         try:
             t = t.to_dense()
@@ -494,8 +629,29 @@ class Encoder(entries.EncoderBase):
         finally:
             seen.discard(vid)
 
+    def _subclass(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
+        """A tensor subclass: recorded as msprobe does (type, this rank's shape and statistics, a DTensor's
+        mesh and placements), reduced only through a plain tensor (local_view)."""
+        local, tname, fields, reason = local_view(t)
+        if local is None:
+            entry: Dict[str, Any] = {"type": tname, "dtype": dtype_str(t.dtype), "shape": list(t.shape)}
+            if not self.structure:
+                entry.update(Max=None, Min=None, Mean=None, Norm=None)
+                if t.numel():
+                    pending.append((entry, None, Unreadable(f"{tname}: not reduced: {reason}")))
+            entry["requires_grad"] = t.requires_grad
+            return entry
+        entry = self._tensor(local, pending, file_name)
+        entry["type"] = tname
+        entry["requires_grad"] = t.requires_grad  # the local shard of a DTensor parameter does not require it
+        if fields is not None:
+            entry.update(fields)
+        return entry
+
     def _tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
         # callers switch grad mode off once (encode(), tensor()): no detach, no context per tensor
+        if type(t) is not _TENSOR and type(t) is not _PARAM:
+            return self._subclass(t, pending, file_name)
         if self.summary == "xor" and not self.structure:
             return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
                     "md5": xor_hex(t) if t.dim() else _scalar(t), "requires_grad": t.requires_grad}
@@ -516,7 +672,7 @@ class Encoder(entries.EncoderBase):
             stat, kind = stat_of(t, self.high)
         if kind is READY:
             entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = stat
-        elif stat is not None:
+        elif kind is not None:
             pending.append((entry, stat, kind))
         saved = None
         if file_name is not None and not t.is_meta:
@@ -538,7 +694,7 @@ class Encoder(entries.EncoderBase):
         if cached is None and key is not None:
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
         elif cached is not None and saved is not None and cached[4] is None:
-            self.cache.entries[key] = (*cached[:4], saved)
+            self.cache.entries[key] = (*cached[:4], saved, cached[-1])
         return entry
 
     def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:

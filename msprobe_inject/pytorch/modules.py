@@ -15,6 +15,9 @@ from .state import tls
 
 _STRIDED = torch.strided
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+_RAISED = object()  # torch calls an always_call hook without kwargs when forward raised
+_RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
 
 
 def _fix_view(t):
@@ -148,6 +151,7 @@ class ModuleHooks:
         self.md_prefix: Optional[str] = None  # module_dump(): the one module recorded
         self._acc: Dict[tuple, Any] = {}  # (module prefix, parameter) -> (AccumulateGrad node, handle, ref)
         self.handles: list = []
+        self._compiled_done: set = set()  # ids of compiled modules whose submodules' gradients are hooked
 
     def install(self) -> None:
         from torch.nn.modules import module as mm
@@ -166,11 +170,29 @@ class ModuleHooks:
         self._acc.clear()
 
     def name_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        root = model._orig_mod if _compiled(model) else model
         for path, sub in model.named_modules():
-            if sub is model or type(sub).__name__ == "FullyShardedDataParallel":
+            if sub is model or sub is root or type(sub).__name__ == "FullyShardedDataParallel":
                 continue
             if sub not in self.names:
-                self.names[sub] = names.module_prefix("Module", path, type(sub).__name__, index)
+                # torch.compile's wrapper is transparent: the names (and a compiled submodule's boundary record,
+                # under its original class) are the uncompiled model's, so a compiled dump aligns with an eager one
+                path = path.replace("._orig_mod", "")
+                if path.startswith("_orig_mod."):
+                    path = path[len("_orig_mod."):]
+                cls = type(sub._orig_mod if _compiled(sub) else sub).__name__
+                self.names[sub] = names.module_prefix("Module", path, cls, index)
+
+    def _compiled_param_hooks(self, module) -> None:
+        """Parameter-gradient hooks for a compiled module's submodules, whose forward hooks never run (they are
+        traced away with the compiled frame); their AccumulateGrad nodes still fire."""
+        if id(module) in self._compiled_done:
+            return
+        self._compiled_done.add(id(module))
+        for sub in module._orig_mod.modules():
+            prefix = self.names.get(sub)
+            if prefix is not None:
+                self._param_grad_hooks(sub, prefix)
 
     # ---- forward ----
     def _pre(self, module, args):
@@ -180,6 +202,15 @@ class ModuleHooks:
         depth = tls.depth
         tls.depth = depth + 1
         frames = tls.mframes
+        if _graph_task() != -1:
+            # a module forward inside a backward pass is activation checkpointing's recomputation (reentrant
+            # or not): the same call again, not a new one; neither it nor its APIs are recorded
+            if tls.recompute == 0:
+                tls.recompute_in_api = tls.in_api
+                tls.in_api = True
+            tls.recompute += 1
+            frames.append(_RECOMPUTE)
+            return None
         prefix = self.names.get(module)
         if prefix is None:
             frames.append(None)
@@ -188,6 +219,8 @@ class ModuleHooks:
                     rec.top_level_call(module)
                 if rec.token_range is not None and id(module) in rec.hooked_models:
                     rec.token_tick()
+                if rec.bwd and rec.session.running and _compiled(module):
+                    self._compiled_param_hooks(module)
             except Exception as exc:
                 rec.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
             return None
@@ -213,22 +246,45 @@ class ModuleHooks:
     def _post_nokw(self, module, args, output):
         return self._post(module, args, {}, output)
 
-    def _post(self, module, args, kwargs, output):
+    def _post(self, module, args, kwargs, output=_RAISED):
+        """The forward hook; also called by torch as hook(module, args, result) when forward raised
+        (always_call=True drops the kwargs then): the frame is closed, nothing is recorded for it."""
+        try:
+            return self._closing(module, args, kwargs, output)
+        except Exception as exc:  # never into the user's forward
+            try:
+                self.rec.log(f"module hook failed: {type(exc).__name__}: {exc}")
+            except Exception:
+                pass
+            return None
+
+    def _closing(self, module, args, kwargs, output):
         rec = self.rec
         if tls.busy or _is_compiling() or os.getpid() != rec.pid:
             return None
+        raised = output is _RAISED
         tls.depth = max(0, tls.depth - 1)
         frames = tls.mframes
         if not frames:
             return None
         frame: Optional[ModuleFrame] = frames.pop()
+        if frame is _RECOMPUTE:
+            tls.recompute = max(0, tls.recompute - 1)
+            if tls.recompute == 0:
+                tls.in_api = tls.recompute_in_api
+            return None
         if frame is None:
-            if tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
+            if not raised and tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
                 rec.step_boundary("forward")
+            return None
+        if raised:
+            rec.module_abandon(frame)
             return None
         rec.module_exit(frame, kwargs, output, lambda: dict(module.named_parameters(recurse=False)))
         if rec.bwd:
             self._param_grad_hooks(module, frame.prefix)
+            if _compiled(module):
+                self._compiled_param_hooks(module)
         bw = frame.backward
         if bw is None or output is None:
             return None
@@ -266,7 +322,8 @@ class ModuleHooks:
                 if prev is not None and prev[2]() is p:
                     continue  # we hold its AccumulateGrad node, so the parameter keeps that node
                 try:
-                    acc = p.expand_as(p).grad_fn
+                    with torch.enable_grad():  # a forward under no_grad (reentrant checkpointing) still trains p
+                        acc = p.expand_as(p).grad_fn
                     if acc is None:
                         continue
                     acc = acc.next_functions[0][0]
@@ -292,6 +349,11 @@ class ModuleHooks:
                 rec.param_grad(prefix, pname, grad_of)
 
         return hook
+
+
+def _compiled(module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None),
+                                                                   torch.nn.Module)
 
 
 def _fwd_hook_kwargs() -> bool:

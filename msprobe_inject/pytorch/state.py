@@ -17,6 +17,8 @@ class ThreadState(threading.local):
         self.stack: List[str] = []  # enclosing module records (construct.json parents, mix-level list)
         self.mframes: List[Any] = []  # module forward frames between pre-hook and hook
         self.depth = 0  # module call depth: 0 is a top-level call (the model)
+        self.recompute = 0  # module forwards open inside a backward pass (activation checkpointing)
+        self.recompute_in_api = False  # in_api before the outermost of them
 
 
 tls = ThreadState()

@@ -16,6 +16,8 @@ from msprobe_inject.pytorch import encode
 
 def _stats(t: torch.Tensor) -> list:
     """The four statistics as the writer would write them, whichever path computed them."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter):  # the encoder reduces a subclass through a plain view
+        t = encode.local_view(t)[0]
     stat, kind = encode.stat_of(t, False)
     entry: dict = {}
     if kind is encode.READY:

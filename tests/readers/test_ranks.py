@@ -134,3 +134,53 @@ def test_ranks_names_the_perturbed_rank_and_parameter(tmp_path):
     proc = dump_cli(["ranks", "--no-defaults", "--pattern", r"^Functional\.mse_loss\.0\.forward$", dump], tmp_path)
     assert proc.returncode == 1
     assert "rank 1: DEPARTS at step 0" in proc.stdout and "Functional.mse_loss.0.forward" in proc.stdout
+
+
+def _dt(mx, placements, mesh, shape=(2,)):
+    return leaf(mx=mx, shape=shape, type="torch.distributed.tensor.DTensor", device_mesh=mesh, placements=placements)
+
+
+def test_ranks_compares_only_replicas_of_the_same_shard(tmp_path):
+    """A 2x2 mesh [[0, 1], [2, 3]], data parallel along dim 0, tensor parallel along dim 1: a [Replicate, Shard(0)]
+    optimizer record is the same on ranks 0 and 2 and on ranks 1 and 3, and differs between 0 and 1."""
+    d = tmp_path / "dump"
+    mesh = [[0, 1], [2, 3]]
+    rs = [{"Replicate": {}}, {"Shard": {"dim": 0}}]
+    for rank in range(4):
+        tp = rank % 2
+        shard_max = 10.0 + tp + (0.5 if rank == 3 else 0.0)  # rank 3 departs from its replica, rank 1
+        write_dump(d / "step0" / f"rank{rank}", {
+            "Tensor.add_.0.forward": fwd(_dt(shard_max, rs, mesh), _dt(7.0, [{"Replicate": {}}] * 2, mesh)),
+            "Tensor.add_.1.forward": fwd(_dt(20.0 + tp, rs, mesh)),  # shards differ, replicas agree
+        }, construct={"Tensor.add_.0.forward": "optimizer", "Tensor.add_.1.forward": "optimizer"})
+    r = _check(str(d))
+    assert set(r.first) == {"3"}, {k: text.describe_departure(v) for k, v in r.first.items()}
+    dep = r.first["3"]
+    assert (dep.record, dep.leaf, dep.reference_label) == ("Tensor.add_.0.forward", "input_args.0", "1")
+    assert r.counts["3"] == 1
+
+
+def test_ranks_sharded_tensors_on_a_1d_mesh_are_not_compared(tmp_path):
+    d = tmp_path / "dump"
+    for rank in range(2):
+        write_dump(d / "step0" / f"rank{rank}", {
+            "Tensor.__iadd__.0.forward": fwd(_dt(1.0 + rank, [{"Shard": {"dim": 0}}], [0, 1])),
+        }, construct={"Tensor.__iadd__.0.forward": "optimizer"})
+    r = _check(str(d))
+    assert r.first == {} and r.shard_leaves == 1
+    assert "only replicas of the same shard are compared" in text.format_ranks(r)
+
+
+def test_ranks_missing_statistic_is_reported_not_a_difference(tmp_path):
+    d = tmp_path / "dump"
+    for rank in range(2):
+        missing = rank == 1
+        entry = leaf(mx=None if missing else 3.0, mn=None if missing else 1.0, mean=None if missing else 2.0,
+                     norm=None if missing else 4.0, **({"error": "RuntimeError: boom"} if missing else {}))
+        write_dump(d / "step0" / f"rank{rank}", {"Tensor.__iadd__.0.forward": fwd(entry)},
+                   construct={"Tensor.__iadd__.0.forward": "optimizer"})
+    r = _check(str(d))
+    assert r.first == {}
+    assert r.missing_count == 1 and r.missing[0].label == "1" and r.missing[0].reason == "RuntimeError: boom"
+    out = text.format_ranks(r)
+    assert "rank 1: consistent" in out and "missing" in out and "RuntimeError: boom" in out

@@ -78,3 +78,18 @@ def test_aliases_share_an_entry_and_freed_memory_does_not():
     z = torch.randn(1 << 16)  # may land at y's address with y's geometry and version
     assert cache.get(key) is None and cache.get(cache.key(z)) is None
     assert _owner(z) is z.untyped_storage()
+
+
+def test_a_storage_resized_away_is_not_a_hit():
+    """FSDP2 frees an unsharded parameter by resizing its storage to 0 bytes (the storage object lives on)
+    and copies the next all-gather in with the version counter preserved: the address and the version of
+    another module's parameter may then match an entry whose memory is gone."""
+    from msprobe_inject.pytorch.encode import StatCache
+
+    cache = StatCache()
+    p = torch.randn(8)
+    key = cache.key(p)
+    cache.put(key, p, ("stat",))
+    assert cache.get(key) is not None
+    p.untyped_storage().resize_(0)
+    assert cache.get(key) is None
