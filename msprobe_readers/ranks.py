@@ -6,8 +6,8 @@ gradients, so their statistics must agree across ranks at each step. Compared by
 * ``parameters`` of module (PyTorch) and cell (MindSpore) forward records (L0/mix): the weights each rank
   computed with;
 * ``*.parameters_grad.*`` records; msprobe captures them when a gradient accumulates, which under DDP is
-  *before* the bucket all-reduce, so a record on which no two ranks ever agree (on finite values) is
-  treated as rank-local and left out (listed in the result);
+  *before* the bucket all-reduce (under FSDP2, before the reduce-scatter), so a record on which the ranks
+  never all agree (on finite values) is treated as rank-local and left out (listed in the result);
 * optimizer records: construct.json puts them under ``optimizer`` / ``clip_grad`` (mix), or their stack
   runs through ``torch/optim`` or ``clip_grad`` (any level): they read the all-reduced gradients;
 * any record whose name matches a user ``--pattern``.
@@ -255,8 +255,10 @@ class RankChecker:
                     if checked:
                         agree_ref = next((refs[q][i] for q in paths if i in refs.get(q, {})), 0)
                 compared += checked
-            if kind == "grad" and departed < compared:
-                # some ranks agree here; on finite values only, since NaN everywhere agrees trivially
+            if kind == "grad" and compared and not departed:
+                # every rank agrees here (on finite values: NaN everywhere agrees trivially). Some ranks
+                # agreeing is not enough: under FSDP2 with tensor parallelism, a tensor-parallel pair is fed
+                # one batch and agrees before the reduction while the data-parallel ranks differ
                 ref = agree_ref if agree_ref is not None else 0
                 finite = any(v is not None and math.isfinite(v) for path in paths for v in leafsets[ref][path].stats)
                 self._grad_agree[name] = self._grad_agree.get(name, False) or finite

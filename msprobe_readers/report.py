@@ -381,8 +381,8 @@ def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, ser
     for note in ranks.notes:
         parts.append(f"<div class='box warn'>cross-rank check: {_e(note)}</div>")
     if ranks.rank_local:
-        parts.append(f"<div class='box warn'>{len(ranks.rank_local)} parameters_grad record(s) never agree across "
-                     "ranks: treated as rank-local (captured before the gradient all-reduce), not compared.</div>")
+        parts.append(f"<div class='box warn'>{len(ranks.rank_local)} parameters_grad record(s) never agree on every "
+                     "rank: treated as rank-local (captured before the gradient all-reduce), not compared.</div>")
     problems = [(s.label, p) for s in summaries for p in s.problems]
     for label, problem in problems[:_MAX_BOXES]:
         parts.append(f"<div class='box warn'>rank {_e(label)}: {_e(problem)}</div>")

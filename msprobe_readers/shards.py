@@ -44,7 +44,7 @@ def combine(pieces: List[Tuple[Optional[int], st.Leaf]]) -> Optional[GlobalLeaf]
     first = pieces[0][1]
     placements = first.placements
     shape_mesh, _ = first.mesh
-    partial = any(p[0] == "P" for p in placements)
+    partial = any(p[0] in ("P", "U") for p in placements)  # addends, or pieces of an unknown kind
     by_key: Dict[Any, Tuple[Optional[int], st.Leaf]] = {}
     for rank, leaf in sorted(pieces, key=lambda p: (p[0] is None, p[0] or 0)):
         by_key.setdefault(st.shard_key(leaf, rank), (rank, leaf))  # one replica of each piece

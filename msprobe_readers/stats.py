@@ -25,7 +25,7 @@ class Leaf(NamedTuple):
     stats: Stats
     md5: Optional[str]
     data_name: Optional[str]
-    placements: Optional[tuple] = None  # a DTensor's: ("S", dim) | ("R",) | ("P", reduce_op) per mesh dimension
+    placements: Optional[tuple] = None  # per mesh dimension: ("S", dim) | ("R",) | ("P", reduce_op) | ("U", kind)
     mesh: Optional[tuple] = None  # a DTensor's device mesh: (shape, rank ids in row-major order)
     error: Optional[str] = None  # why the statistics are missing, when the dump says
 
@@ -39,8 +39,10 @@ def _placements(value: Any) -> Optional[tuple]:
             out.append(("S", (p["Shard"] or {}).get("dim")))
         elif isinstance(p, dict) and "Partial" in p:
             out.append(("P", str((p["Partial"] or {}).get("reduce_op", "sum"))))
-        else:
+        elif isinstance(p, dict) and "Replicate" in p:
             out.append(("R",))
+        else:  # a placement this reader does not know: never taken for a replica, never combined
+            out.append(("U", str(next(iter(p), "")) if isinstance(p, dict) else str(p)))
     return tuple(out)
 
 

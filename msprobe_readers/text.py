@@ -186,7 +186,7 @@ def format_ranks(r: RanksResult, dump_path: str = "") -> str:
         lines.append("no rank departs from the others")
     if r.rank_local:
         shown = ", ".join(r.rank_local[:4]) + (f" (+{len(r.rank_local) - 4} more)" if len(r.rank_local) > 4 else "")
-        lines.append(f"note: {len(r.rank_local)} parameters_grad record(s) never agree across ranks and are treated "
+        lines.append(f"note: {len(r.rank_local)} parameters_grad record(s) never agree on every rank and are treated "
                      f"as rank-local (captured before the gradient all-reduce): {shown}")
     if r.missing_count:
         lines.append(f"note: {r.missing_count} statistic(s) missing on one rank and present on its replica; "

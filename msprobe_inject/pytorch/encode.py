@@ -83,15 +83,22 @@ def _loaded_class(module: str, name: str):
     return getattr(m, name, None) if m is not None else None
 
 
-def _placement(p) -> Optional[Dict[str, Any]]:
-    """One placement as mindstudio-probe writes it ({"Shard": {"dim": d}}, {"Replicate": {}}, {"Partial": ...})."""
+def _placement(p) -> Dict[str, Any]:
+    """One placement as mindstudio-probe writes it ({"Shard": {"dim": d}}, {"Replicate": {}}, {"Partial": ...}).
+
+    Always one entry per mesh dimension: msprobe drops a placement it does not know, which moves every later
+    one onto the wrong mesh dimension. FSDP2 over tensor-parallel parameters shards with ``_StridedShard``: a
+    shard of that dimension, written as one with its split factor."""
     if p.is_shard():
         return {"Shard": {"dim": int(p.dim)}}
+    split = getattr(p, "split_factor", None)
+    if split is not None and isinstance(getattr(p, "dim", None), int):
+        return {"Shard": {"dim": int(p.dim), "split_factor": int(split)}}
     if p.is_replicate():
         return {"Replicate": {}}
     if p.is_partial():
         return {"Partial": {"reduce_op": str(getattr(p, "reduce_op", "sum"))}}
-    return None
+    return {"Unknown": {"type": type(p).__name__}}
 
 
 def _dtensor_fields(t) -> Dict[str, Any]:
@@ -102,7 +109,7 @@ def _dtensor_fields(t) -> Dict[str, Any]:
     if hit is not None and hit[0] is mesh:
         return hit[1]
     fields = {"device_mesh": mesh.mesh.tolist(),  # the mesh's rank ids: a plain CPU tensor, no communication
-              "placements": [x for x in map(_placement, placements) if x is not None]}
+              "placements": [_placement(x) for x in placements]}
     if len(_DT_FIELDS) > 1024:
         _DT_FIELDS.clear()
     _DT_FIELDS[key] = (mesh, fields)

@@ -63,6 +63,16 @@ def build(kind: str, rank: int, world: int):
         for b in model.blocks:
             fully_shard(b, mesh=mesh)
         fully_shard(model, mesh=mesh)
+    elif kind == "fsdp_tp":  # a 2-D mesh: data-parallel FSDP2 shards over tensor-parallel blocks
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        for b in model.blocks:
+            parallelize_module(b, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+            fully_shard(b, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
     elif kind in ("ckpt", "ddp_amp"):
         model = nn.parallel.DistributedDataParallel(model)
     elif kind == "compile":
@@ -72,14 +82,14 @@ def build(kind: str, rank: int, world: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["tp", "fsdp2", "ckpt", "ddp_amp", "compile"])
+    ap.add_argument("kind", choices=["tp", "fsdp2", "fsdp_tp", "ckpt", "ddp_amp", "compile"])
     ap.add_argument("--nan-rank", type=int, default=-1)
     ap.add_argument("--hang", action="store_true", help="rank 1 never joins the step-1 collectives")
     a = ap.parse_args()
     rank = init()
     world = dist.get_world_size()
     model = build(a.kind, rank, world)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01) if a.kind == "fsdp2" else \
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01) if a.kind in ("fsdp2", "fsdp_tp") else \
         torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1)
     for step in range(STEPS):
@@ -87,7 +97,8 @@ def main() -> None:
         x = torch.randn(4 * world, 8, generator=g)
         y = torch.randint(0, 4, (4 * world,), generator=g)
         if a.kind not in ("tp",):
-            x, y = x[rank * 4:(rank + 1) * 4], y[rank * 4:(rank + 1) * 4]
+            part = rank // 2 if a.kind == "fsdp_tp" else rank  # the two ranks of a tensor-parallel pair share it
+            x, y = x[part * 4:(part + 1) * 4], y[part * 4:(part + 1) * 4]
         if a.nan_rank == rank and step == 1:
             x = x.clone()
             x[0, 0] = float("nan")
