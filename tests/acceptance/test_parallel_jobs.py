@@ -262,3 +262,10 @@ def test_fsdp2_over_tensor_parallel_nan_in_one_rank_is_reported_at_that_rank_and
     proc, dump = dump_job("fsdp_tp", tmp_path, "--nan-rank", "2", level="L1", nproc=4)
     out = proc.stdout + proc.stderr
     assert "first NaN/Inf of the job: rank 2, step 1" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["ckpt", "ddp_amp", "compile"])
+def test_nan_in_one_rank_is_reported_at_that_rank_and_step(tmp_path, kind):
+    proc, dump = dump_job(kind, tmp_path, "--nan-rank", "1", level="L1")
+    out = proc.stdout + proc.stderr
+    assert "first NaN/Inf of the job: rank 1, step 1" in out, out[-3000:]
