@@ -41,6 +41,10 @@ def _torchrun(kind: str, cwd: str, nproc: int = 2) -> subprocess.CompletedProces
 def baseline(kind: str, tmp_path, nproc: int = 2) -> list:
     if kind not in _BASELINE:
         proc = _torchrun(kind, str(tmp_path), nproc)
+        if proc.returncode != 0:
+            # the reference run has no tool in it; gloo's tensor-parallel teardown was seen to abort once
+            # ("terminate called without an active exception") on a loaded machine: one more try
+            proc = _torchrun(kind, str(tmp_path), nproc)
         assert proc.returncode == 0, proc.stderr[-3000:]
         _BASELINE[kind] = _losses(proc.stdout)
     return _BASELINE[kind]
