@@ -8,7 +8,6 @@ and changes neither; ``--dry-run`` prints ``LaunchPlan.to_json()``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
@@ -17,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from msprobe_inject import config as dump_config
 from msprobe_inject import envvars
-from msprobe_inject.dumpformat import paths
+from msprobe_inject.dumpformat import manifest, paths
 
 ENGINES = ("torchrun", "msrun")
 # The chars msprobe (and msprobe compare) accept in a path.
@@ -87,8 +86,8 @@ def prepend_pythonpath(current: Optional[str], entry: str) -> str:
 
 
 def earlier_dump_data(dump_path: str, run_id: str) -> List[str]:
-    """Entries of dump_path written by another job. Data of this job (another node already running,
-    same run id in the manifest) does not count."""
+    """Entries of dump_path written by another job. Data of this job (another node already running: the run
+    id's marker under ``.msprobe/runs/``, or the run id in an older dump's manifest) does not count."""
     try:
         entries = sorted(e for e in os.listdir(dump_path) if paths.DUMP_ENTRY.match(e))
     except OSError:
@@ -96,10 +95,9 @@ def earlier_dump_data(dump_path: str, run_id: str) -> List[str]:
     if not entries:
         return []
     try:
-        with open(os.path.join(dump_path, "msprobe_manifest.json"), encoding="utf-8") as fh:
-            if run_id in (json.load(fh).get("run_ids") or []):
-                return []
-    except (OSError, ValueError, AttributeError):
+        if manifest.run_seen(dump_path, run_id):
+            return []
+    except OSError:
         pass
     return entries
 

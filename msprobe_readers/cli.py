@@ -24,7 +24,7 @@ from msprobe_readers import __version__, text
 from msprobe_readers import diff as dif
 from msprobe_readers import ranks as rk
 from msprobe_readers import summary as sm
-from msprobe_readers.reading import discover, record_files
+from msprobe_readers.reading import ProcDir, discover, record_files
 
 _PROGRESS_MIN_BYTES = 64 << 20
 
@@ -324,10 +324,12 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 # ---- the launcher's end-of-job summary ----
 
-def print_summary(dump_path: str, file: Optional[IO[str]] = None) -> List[sm.RankSummary]:
-    """The launcher's end-of-job output: the per-rank table and the first NaN/Inf of the job with its source."""
+def print_summary(dump_path: str, file: Optional[IO[str]] = None,
+                  select: Optional[Callable[[ProcDir], bool]] = None) -> List[sm.RankSummary]:
+    """The launcher's end-of-job output: the per-rank table and the first NaN/Inf of the job with its source
+    (of the rank directories ``select`` accepts, when given)."""
     out = sys.stdout if file is None else file
-    summaries = sm.summarize(dump_path)
+    summaries = sm.summarize(dump_path, select=select)
     if summaries:
         print(text.format_table(summaries, dump_path), file=out)
         hit = sm.global_first_nan(summaries)
