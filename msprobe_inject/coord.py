@@ -1,4 +1,4 @@
-"""Coordination of the processes that share one dump path (possibly on several hosts), with filelock.
+"""Coordination of the processes that share one dump path (possibly on several hosts).
 
 Layout decisions (documented in the README):
 
@@ -18,21 +18,25 @@ Layout decisions (documented in the README):
   written by the launcher that has the job-wide view (``write_combined``) and built by readers on demand.
 
 Files are created 0640 and directories 0750 (before umask), never through a symlink; JSON files are
-replaced atomically. Importable without torch. I/O problems degrade to a warning, never an exception.
+replaced atomically. Claims and entries are not fsync'd: they matter only while the processes that wrote
+them live, and an fsync is a round trip per rank on a networked file system. Importable without torch.
+I/O problems degrade to a warning, never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import platform
 import re
 import socket
+import time
 import uuid
 import warnings
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .dumpformat import manifest as combined
 from .dumpformat import paths
@@ -90,7 +94,23 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _boot_time() -> float:
+    with open("/proc/stat", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise OSError(errno.ENOENT, "no btime in /proc/stat")
+
+
 def _process_start_time(pid: int) -> Optional[float]:
+    """psutil's create_time, computed the way psutil does on Linux without importing it (a rank pays for
+    every import at start-up)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import psutil
 
@@ -154,12 +174,36 @@ def _meta_dir(dump_path: str, *parts: str) -> str:
     return path
 
 
-def _lock(path: str):
-    import filelock
-
+@contextlib.contextmanager
+def _lock(path: str) -> Iterator[None]:
+    """An exclusive flock on ``path`` (what filelock does on POSIX, without its import cost at every rank's
+    start); filelock elsewhere. Raises CoordError after LOCK_TIMEOUT."""
     if os.path.islink(path):
         raise CoordError(errno.ELOOP, "lock file is a symlink", path)
-    return filelock.FileLock(path, timeout=LOCK_TIMEOUT, mode=FILE_MODE)
+    try:
+        import fcntl
+    except ImportError:
+        import filelock
+
+        with filelock.FileLock(path, timeout=LOCK_TIMEOUT, mode=FILE_MODE):
+            yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise CoordError(errno.ETIMEDOUT, f"lock not acquired in {LOCK_TIMEOUT:.0f} s", path)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _read_json(path: str) -> Optional[Any]:
@@ -176,8 +220,9 @@ def _read_json(path: str) -> Optional[Any]:
         return json.load(fh)
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write JSON to a new 0640 temp file (O_EXCL|O_NOFOLLOW) and os.replace it over ``path``."""
+def write_json_atomic(path: str, obj: Any, durable: bool = True) -> None:
+    """Write JSON to a new 0640 temp file (O_EXCL|O_NOFOLLOW) and os.replace it over ``path``; fsync'd first
+    when ``durable``."""
     directory, name = os.path.split(path)
     tmp = os.path.join(directory or ".", f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
@@ -186,7 +231,8 @@ def write_json_atomic(path: str, obj: Any) -> None:
             json.dump(obj, fh, indent=1)
             fh.write("\n")
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)  # replaces a symlink itself, never its target
     except BaseException:
         try:
@@ -254,6 +300,7 @@ def resolve_process_root(dump_path: str, rank: Optional[int]) -> str:
     duplicate_root = _free_dir(os.path.join(base, paths.duplicate_dir_name(key, _safe_host(), pid)))
     root = base
     try:
+        mark_run(dump_path)  # first: a launcher starting on another node must never see our data unmarked
         claims = _meta_dir(dump_path, CLAIMS_DIR)
         claim_path = os.path.join(claims, paths.claim_name(attempt, key))
         lock_path = os.path.join(claims, paths.claim_lock_name(attempt, key))
@@ -272,7 +319,7 @@ def resolve_process_root(dump_path: str, rank: Optional[int]) -> str:
             else:
                 claim = _identity(attempt, rank, key)
                 claim["root"] = _rel(dump_path, base)
-                write_json_atomic(claim_path, claim)
+                write_json_atomic(claim_path, claim, durable=False)
                 _held.setdefault((dump_abs, pid), []).append((claim_path, lock_path))
     except Exception as exc:
         _warn(f"cannot coordinate through {dump_path} ({exc}); duplicate ranks will not be detected")
@@ -335,8 +382,10 @@ def _entry_path(dump_path: str, entry: Dict[str, Any]) -> str:
                         paths.process_entry_name(entry.get("attempt") or 0, key, _safe_host(), entry.get("pid") or 0))
 
 
-def _mark_run(dump_path: str) -> None:
-    rid = run_id()
+def mark_run(dump_path: str, rid: Optional[str] = None) -> None:
+    """Create the run id's marker in ``dump_path`` unless it exists: another node's launcher then recognises the
+    data as this job's (``dumpformat.manifest.run_seen``) with one stat."""
+    rid = run_id() if rid is None else rid
     if not rid:
         return
     marker = os.path.join(_meta_dir(dump_path, paths.RUNS_DIR), paths.run_marker_name(rid))
@@ -356,9 +405,8 @@ def manifest_register(dump_path: str, *, rank: Optional[int], root: str, config:
         entry["config"] = config
         entry["versions"] = versions()
         path = _entry_path(dump_path, entry)
-        write_json_atomic(path, entry)
+        write_json_atomic(path, entry, durable=False)
         _entries[key] = (path, entry)
-        _mark_run(dump_path)
     except Exception as exc:
         _warn(f"cannot write the manifest entry in {dump_path} ({exc})")
 
@@ -373,7 +421,7 @@ def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: Li
             entry = _new_entry(rank, _rel(dump_path, root))
         entry = dict(entry, rank=rank, steps=sorted({int(s) for s in steps}), status=status, end_time=_now())
         new_path = _entry_path(dump_path, entry)
-        write_json_atomic(new_path, entry)
+        write_json_atomic(new_path, entry, durable=False)
         if path is not None and path != new_path:  # registered before the rank was known (proc{pid})
             os.unlink(path)
     except Exception as exc:

@@ -242,6 +242,13 @@ def execute(plan: LaunchPlan) -> int:
         sys.stderr.write(f"[msprobe-launch] --overwrite: removing earlier dump data in {plan.dump.dump_path}\n")
         _clear(plan.dump.clear_first)
     apply_env(plan)
+    if plan.dump.dumping and plan.dump.dump_path:
+        try:  # before any rank starts: a node's launcher starting later recognises this job's data
+            from msprobe_inject.coord import mark_run
+
+            mark_run(plan.dump.dump_path)
+        except Exception as exc:
+            sys.stderr.write(f"[msprobe-launch] could not mark the run in {plan.dump.dump_path}: {exc}\n")
     code = RUNNERS[plan.engine](plan)
     finish_job(plan.dump, plan.engine, plan.argv)
     return code

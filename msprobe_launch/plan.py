@@ -92,6 +92,8 @@ def earlier_dump_data(dump_path: str, run_id: str) -> List[str]:
         entries = sorted(e for e in os.listdir(dump_path) if paths.DUMP_ENTRY.match(e))
     except OSError:
         return []
+    if entries == [paths.META_DIR] and not manifest.entry_files(dump_path):
+        return []  # only run markers: a launcher ran here, but no process of it dumped anything
     if not entries:
         return []
     try:
