@@ -143,6 +143,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the dump path is made (default: a temp dir)")
     a = ap.parse_args()
     os.environ.setdefault("MSPROBE_RUN_ID", "bench-ranks")
+    import importlib.metadata  # noqa: F401  (torch imports it: a real rank has it before its first record)
+
     if not a.coord_only:
         import torch  # noqa: F401  (the parent has imported torch and the tool, as a launcher's fork would)
 

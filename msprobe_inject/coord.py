@@ -491,7 +491,7 @@ def finish_node(dump_path: str, launcher_pid: Optional[int] = None) -> List[Dict
 
 def _finish(dump_path: str, launcher_pid: Optional[int]) -> Tuple[List[Dict[str, Any]], int]:
     out, died = [], 0
-    for path, entry in combined.iter_entries(dump_path):
+    for path, entry in combined.iter_entries(dump_path, _safe_host()):
         if not is_mine(entry, launcher_pid):
             continue
         if entry.get("status") == "running" and not _pid_alive(entry.get("pid"), None):

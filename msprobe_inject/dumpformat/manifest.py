@@ -51,9 +51,12 @@ def entry_files(dump_path: str) -> List[str]:
         return []
 
 
-def iter_entries(dump_path: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """(file, entry) of every readable process entry."""
+def iter_entries(dump_path: str, host: Optional[str] = None) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """(file, entry) of every readable process entry; with ``host`` (as in entry names), only that host's, whose
+    other entries are not even opened (a node's launcher reads its own ranks' entries, not the job's)."""
     for path in entry_files(dump_path):
+        if host is not None and not paths.entry_on_host(os.path.basename(path), host):
+            continue
         try:
             entry = read_json(path)
         except OSError:

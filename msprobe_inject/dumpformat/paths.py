@@ -26,6 +26,7 @@ META_DIR = ".msprobe"
 PROCS_DIR = "procs"  # under META_DIR
 CLAIMS_DIR = "claims"  # under META_DIR
 RUNS_DIR = "runs"  # under META_DIR
+INDEX_DIR = "index"  # under META_DIR: the readers' Parquet dataset (msprobe_readers.index)
 ENTRY_SUFFIX = ".json"
 RECORD_FILES = (DUMP_JSON, DEBUG_JSON)  # the files that hold records
 JSON_FILES = (DUMP_JSON, STACK_JSON, CONSTRUCT_JSON)
@@ -58,6 +59,20 @@ def claim_key(rank: Optional[int], pid: int) -> str:
 def process_entry_name(attempt: int, key: str, host: str, pid: int) -> str:
     """The file of one process's manifest entry: unique per process, so only that process writes it."""
     return f"attempt{attempt}_{key}_{host}_{pid}{ENTRY_SUFFIX}"
+
+
+def entry_on_host(name: str, host: str) -> bool:
+    """Whether a process entry's file name says it was written on ``host``."""
+    stem = name[:-len(ENTRY_SUFFIX)] if name.endswith(ENTRY_SUFFIX) else name
+    head, _, pid = stem.rpartition("_")
+    return pid.isdigit() and head.endswith("_" + host)
+
+
+def index_file(dump_path: str, version: int, attempt: int, step: int, rank: Optional[int], process: str,
+               tag: str) -> str:
+    """One Parquet file of the readers' index: hive partitions attempt/step/rank (-1 for proc{pid})."""
+    return os.path.join(dump_path, META_DIR, INDEX_DIR, f"v{version}", f"attempt={attempt}", f"step={step}",
+                        f"rank={rank if rank is not None else -1}", f"{process}-{tag}.parquet")
 
 
 def claim_name(attempt: int, key: str) -> str:
