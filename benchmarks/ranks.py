@@ -97,7 +97,9 @@ def _child(body: Callable[[str, int], None], dump: str, rank: int, out: int) -> 
 def run_job(body: Callable[[str, int], None], dump: str, ranks: int, parallel: int) -> Tuple[float, List[float],
                                                                                              List[float], int]:
     """(wall time, per-rank times, per-rank coordination times, failed ranks) of one simulated job."""
-    read_end, write_end = os.pipe()
+    # an O_APPEND file, not a pipe: thousands of lines would fill a pipe the parent reads only at the end
+    results = dump.rstrip(os.sep) + ".times"
+    write_end = os.open(results, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
     running: Dict[int, int] = {}
     failed = 0
     t0 = time.perf_counter()
@@ -108,7 +110,6 @@ def run_job(body: Callable[[str, int], None], dump: str, ranks: int, parallel: i
             running.pop(pid, None)
         pid = os.fork()
         if pid == 0:
-            os.close(read_end)
             _child(body, dump, rank, write_end)
         running[pid] = rank
     while running:
@@ -117,7 +118,7 @@ def run_job(body: Callable[[str, int], None], dump: str, ranks: int, parallel: i
         running.pop(pid, None)
     wall = time.perf_counter() - t0
     os.close(write_end)
-    with os.fdopen(read_end, "r") as fh:
+    with open(results, encoding="utf-8") as fh:
         rows = [line.split() for line in fh.read().splitlines() if line.strip()]
     return wall, [float(r[1]) for r in rows], [float(r[2]) for r in rows], failed
 

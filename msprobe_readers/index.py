@@ -99,21 +99,38 @@ def rows(proc: ProcDir) -> Iterator[Dict[str, Any]]:
                        max=mx, min=mn, mean=mean, norm=norm, md5=leaf.md5)
 
 
-def _write(path: str, batch: List[Dict[str, Any]]) -> None:
+BATCH_ROWS = 100_000  # rows per row group: memory stays bounded for a dump.json of any size
+
+
+def _write(path: str, source: Iterator[Dict[str, Any]]) -> int:
+    """Stream rows into a new Parquet file at ``path`` (atomically replaced); returns the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from msprobe_inject.dumpformat import files
 
     files.makedirs(os.path.dirname(path))
-    table = pa.Table.from_pylist(batch, schema=schema())
+    sch = schema()
+    names_ = sch.names
     tmp = f"{path}.tmp{os.getpid()}"
     # no min/max statistics for the statistics columns: engines prune row groups with them, and Parquet's
     # statistics leave NaN out, so `WHERE isnan(max)` would skip exactly the rows one looks for
     stats_columns = [name for name, kind, _ in COLUMNS if kind != "float64"]
-    pq.write_table(table, tmp, compression="zstd", write_statistics=stats_columns)
+    total = 0
+    with pq.ParquetWriter(tmp, sch, compression="zstd", write_statistics=stats_columns) as writer:
+        columns: Dict[str, List[Any]] = {n: [] for n in names_}
+        for row in source:
+            for n in names_:
+                columns[n].append(row[n])
+            total += 1
+            if len(columns["record"]) >= BATCH_ROWS:
+                writer.write_table(pa.Table.from_pydict(columns, schema=sch))
+                columns = {n: [] for n in names_}
+        if columns["record"] or not total:
+            writer.write_table(pa.Table.from_pydict(columns, schema=sch))
     os.chmod(tmp, files.FILE_MODE)
     os.replace(tmp, path)
+    return total
 
 
 def build(dump_path: str, force: bool = False) -> Dict[str, int]:
@@ -127,10 +144,8 @@ def build(dump_path: str, force: bool = False) -> Dict[str, int]:
         if not force and os.path.exists(target) and os.stat(target).st_mtime >= _source_mtime(proc):
             done["skipped"] += 1
             continue
-        batch = list(rows(proc))
-        _write(target, batch)
+        done["rows"] += _write(target, rows(proc))
         done["directories"] += 1
-        done["rows"] += len(batch)
     return done
 
 
