@@ -7,7 +7,8 @@ at a time (a machine that runs 32 ranks at once). Each child is a rank (``RANK``
 ``PrecisionDebugger`` on the shared dump path, dumps one tiny forward/backward at L1, calls ``step()`` and
 exits through atexit, as a real rank does. The same children run once more without the tool. Printed: the
 job's wall time with and without the tool, each rank's own time (p50/p99/max) and, inside it, the time spent
-in coordination (``coord``'s claim, register and finish) from the same run. ``--coord-only`` times only
+in coordination (``coord``'s claim, register and finish; wall and CPU time, since 32 processes on 2 cores make
+any rank's wall time ~16x its CPU time) from the same run. ``--coord-only`` times only
 coord's calls per rank (no torch, no dump). The figures go to ``benchmarks/README.md``; nothing here is a test.
 """
 
@@ -28,17 +29,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 COORD_CALLS = ("resolve_process_root", "manifest_register", "manifest_finish")
-_coord_seconds = [0.0]
+_coord_seconds = [0.0, 0.0]  # wall, CPU of the calling thread
 
 
 def _timed(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
             _coord_seconds[0] += time.perf_counter() - t0
+            _coord_seconds[1] += time.thread_time() - c0
 
     return wrapper
 
@@ -90,13 +92,13 @@ def _child(body: Callable[[str, int], None], dump: str, rank: int, out: int) -> 
     except BaseException:
         code = 1
     took = time.perf_counter() - t0
-    os.write(out, f"{rank} {took:.6f} {_coord_seconds[0]:.6f}\n".encode())
+    os.write(out, f"{rank} {took:.6f} {_coord_seconds[0]:.6f} {_coord_seconds[1]:.6f}\n".encode())
     os._exit(code)
 
 
-def run_job(body: Callable[[str, int], None], dump: str, ranks: int, parallel: int) -> Tuple[float, List[float],
-                                                                                             List[float], int]:
-    """(wall time, per-rank times, per-rank coordination times, failed ranks) of one simulated job."""
+def run_job(body: Callable[[str, int], None], dump: str, ranks: int,
+            parallel: int) -> Tuple[float, List[float], List[float], List[float], int]:
+    """(wall time, per-rank times, per-rank coordination wall and CPU times, failed ranks) of one simulated job."""
     # an O_APPEND file, not a pipe: thousands of lines would fill a pipe the parent reads only at the end
     results = dump.rstrip(os.sep) + ".times"
     write_end = os.open(results, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
@@ -120,7 +122,7 @@ def run_job(body: Callable[[str, int], None], dump: str, ranks: int, parallel: i
     os.close(write_end)
     with open(results, encoding="utf-8") as fh:
         rows = [line.split() for line in fh.read().splitlines() if line.strip()]
-    return wall, [float(r[1]) for r in rows], [float(r[2]) for r in rows], failed
+    return wall, [float(r[1]) for r in rows], [float(r[2]) for r in rows], [float(r[3]) for r in rows], failed
 
 
 def _pct(values: List[float], q: float) -> float:
@@ -161,15 +163,18 @@ def main() -> None:
     tmp = tempfile.mkdtemp(dir=a.dir)
     try:
         if a.coord_only:
-            wall, per, coord_t, failed = run_job(_rank_coord_only, os.path.join(tmp, "d"), a.ranks, a.parallel)
+            wall, per, coord_t, coord_cpu, failed = run_job(_rank_coord_only, os.path.join(tmp, "d"), a.ranks,
+                                                            a.parallel)
             result.update(wall_s=wall, failed=failed, rank_s=_describe(per))
         else:
-            base, base_per, _, base_failed = run_job(_rank_without_tool, os.path.join(tmp, "none"), a.ranks,
-                                                     a.parallel)
-            wall, per, coord_t, failed = run_job(_rank_with_tool, os.path.join(tmp, "d"), a.ranks, a.parallel)
+            base, base_per, _, _, base_failed = run_job(_rank_without_tool, os.path.join(tmp, "none"), a.ranks,
+                                                        a.parallel)
+            wall, per, coord_t, coord_cpu, failed = run_job(_rank_with_tool, os.path.join(tmp, "d"), a.ranks,
+                                                            a.parallel)
             result.update(wall_s=wall, wall_without_s=base, ratio=wall / base, failed=failed + base_failed,
                           rank_s=_describe(per), rank_without_s=_describe(base_per))
         result["coord_s"] = _describe(coord_t)
+        result["coord_cpu_s"] = _describe(coord_cpu)
         dump = os.path.join(tmp, "d")
         result["dumped_ranks"] = sum(1 for e in os.scandir(os.path.join(dump, "step0"))) \
             if os.path.isdir(os.path.join(dump, "step0")) else 0
@@ -183,11 +188,12 @@ def main() -> None:
               f"{r['wall_without_s']:.1f} s without ({r['ratio']:.2f}x)")
         w = r["rank_without_s"]
         print(f"per rank without the tool: p50 {w['p50'] * 1000:.0f} ms, p99 {w['p99'] * 1000:.0f} ms")
-    t, c = r["rank_s"], r["coord_s"]
+    t, c, cc = r["rank_s"], r["coord_s"], r["coord_cpu_s"]
     print(f"per rank with the tool: p50 {t['p50'] * 1000:.0f} ms, p99 {t['p99'] * 1000:.0f} ms, "
           f"max {t['max'] * 1000:.0f} ms")
     print(f"coordination per rank: p50 {c['p50'] * 1000:.1f} ms, p99 {c['p99'] * 1000:.1f} ms, "
-          f"max {c['max'] * 1000:.1f} ms; failed ranks {r['failed']}; rank dirs of step0 {r['dumped_ranks']}")
+          f"max {c['max'] * 1000:.1f} ms; its CPU time p50 {cc['p50'] * 1000:.1f} ms, p99 {cc['p99'] * 1000:.1f} ms, "
+          f"max {cc['max'] * 1000:.1f} ms; failed ranks {r['failed']}; rank dirs of step0 {r['dumped_ranks']}")
     print(json.dumps(r))
 
 

@@ -232,6 +232,15 @@ def finish_job(dump: DumpPlan, engine: str = "command", argv: Optional[List[str]
             print_summary(dump.dump_path, _own(dump.dump_path, entries))
     except Exception as exc:
         sys.stderr.write(f"[msprobe-launch] could not summarise {dump.dump_path}: {exc}\n")
+    if dump.index and entries:
+        try:
+            from msprobe_readers import index
+
+            done = index.build(dump.dump_path, select=_own(dump.dump_path, entries))
+            sys.stderr.write(f"[msprobe-launch] indexed {done['directories']} step/rank directories of this node "
+                             f"({done['rows']} rows): msprobe-dump sql {dump.dump_path} \"SELECT ...\"\n")
+        except Exception as exc:
+            sys.stderr.write(f"[msprobe-launch] could not index {dump.dump_path}: {exc}\n")
 
 
 def execute(plan: LaunchPlan) -> int:

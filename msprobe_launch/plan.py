@@ -40,6 +40,7 @@ class Request:
     config_path: Optional[str] = None
     run_id: Optional[str] = None
     overwrite: bool = False
+    index: bool = False
     dry_run: bool = False
 
 
@@ -51,6 +52,7 @@ class DumpPlan:
     dump_path: str = ""
     config: Optional[Dict[str, Any]] = None
     clear_first: List[str] = field(default_factory=list)  # an earlier job's entries, removed before the job
+    index: bool = False  # after the job, index this node's ranks (msprobe_readers.index)
 
 
 @dataclass
@@ -219,5 +221,5 @@ def build_plan(request: Request, environ: Optional[Mapping[str, str]] = None,
     plan.env_set = env_set
     plan.env_unset = unset
     plan.dump = DumpPlan(dumping=True, dump_path=dump_path, config=cfg.to_dict(),
-                         clear_first=[os.path.join(dump_path, e) for e in earlier])
+                         clear_first=[os.path.join(dump_path, e) for e in earlier], index=request.index)
     return plan

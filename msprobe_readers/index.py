@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import names, paths
 from msprobe_readers.reading import ProcDir, discover, iter_proc, iter_stacks, record_files
@@ -133,12 +133,13 @@ def _write(path: str, source: Iterator[Dict[str, Any]]) -> int:
     return total
 
 
-def build(dump_path: str, force: bool = False) -> Dict[str, int]:
-    """Index every step/rank directory of ``dump_path`` whose records changed since it was last indexed.
+def build(dump_path: str, force: bool = False, select: Optional[Callable[[ProcDir], bool]] = None) -> Dict[str, int]:
+    """Index every step/rank directory of ``dump_path`` (that ``select`` accepts: a node's launcher indexes its own
+    ranks) whose records changed since it was last indexed.
     Returns {"directories": indexed, "skipped": up to date, "rows": rows written}."""
     done = {"directories": 0, "skipped": 0, "rows": 0}
     for proc in discover(dump_path):
-        if proc.file:
+        if proc.file or (select is not None and not select(proc)):
             continue
         target = _file_of(dump_path, proc)
         if not force and os.path.exists(target) and os.stat(target).st_mtime >= _source_mtime(proc):

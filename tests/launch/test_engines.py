@@ -145,9 +145,11 @@ def test_a_node_other_than_0_prints_its_own_ranks_and_writes_no_combined_manifes
     me = str(os.getpid())
     for rank, group, agent in ((0, "0", "1"), (2, "1", me), (3, "1", me)):
         _rank_mid_step(tmp_path, rank, "-", MSPROBE_AGENT_PID=agent, GROUP_RANK=group).wait(timeout=60)
-    engines.finish_job(DumpPlan(dumping=True, dump_path=str(tmp_path / "d")))
+    engines.finish_job(DumpPlan(dumping=True, dump_path=str(tmp_path / "d"), index=True))
     dump = tmp_path / "d"
     assert not (dump / "msprobe_manifest.json").exists()
+    indexed = sorted(p.parent.name for p in (dump / ".msprobe" / "index").rglob("*.parquet"))
+    assert indexed == ["rank=2", "rank=3"]  # --index: this node's ranks only
     assert (dump / "step0" / "rank2" / "dump.json").exists() and (dump / "step0" / "rank3" / "dump.json").exists()
     assert not (dump / "step0" / "rank0" / "dump.json").exists()
     out = capsys.readouterr().out
