@@ -5,7 +5,7 @@ The last-but-ten record holds the only NaN, so every record goes through the NaN
 for 1 M records (wall time; CPU time is printed too, as other jobs on the machine inflate the wall time).
 The dump is written to a temporary directory and removed afterwards unless --keep.
 
-    python benchmarks/reader.py [--records 1000000] [--dir DIR] [--keep] [--ranks]
+    python benchmarks/reader.py [--records 1000000] [--dir DIR] [--keep] [--ranks] [--index]
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main() -> int:
     parser.add_argument("--dir", help="where to write the dump (default: a temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic dump")
     parser.add_argument("--ranks", action="store_true", help="also time the cross-rank check's pass (one rank)")
+    parser.add_argument("--index", action="store_true", help="also time msprobe-dump index and a query over it")
     args = parser.parse_args()
 
     from msprobe_readers import summary
@@ -94,6 +95,23 @@ def main() -> int:
             summary.summarize(base, on_record=checker.on_record, stacks=False)
             checker.finish()
             print(f"ranks pass: {time.perf_counter() - t0:.1f} s")
+        if args.index:
+            import resource
+
+            from msprobe_readers import index
+
+            t0, c0 = time.perf_counter(), time.process_time()
+            done = index.build(base, force=True)
+            took, cpu = time.perf_counter() - t0, time.process_time() - c0
+            print(f"index: {args.records} records ({done['rows']} rows) in {took:.1f} s "
+                  f"({args.records / took:,.0f} records/s; CPU {cpu:.1f} s)")
+            t0 = time.perf_counter()
+            _, res = index.query(base, "SELECT count(DISTINCT position), min(position) FILTER (WHERE isnan(mean)) "
+                                       "FROM records")
+            assert res[0][0] == args.records, res
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(f"sql over the index: records and first NaN in {time.perf_counter() - t0:.2f} s (position "
+                  f"{res[0][1]}); peak RSS of this process {rss:.0f} MiB")
         return 0 if elapsed < 30 else 1
     finally:
         if not args.keep:

@@ -1,4 +1,4 @@
-"""Coordination of the processes that share one dump path (possibly on several hosts), with filelock.
+"""Coordination of the processes that share one dump path (possibly on several hosts).
 
 Layout decisions (documented in the README):
 
@@ -6,19 +6,26 @@ Layout decisions (documented in the README):
   (``TORCHELASTIC_RESTART_COUNT=k``, k > 0) a process writes under ``dump_path/attempt{k}/``, so
   nothing an earlier attempt wrote is ever overwritten.
 * A process claims its rank (``rank{R}``, or ``proc{pid}`` without a rank) for the attempt in
-  ``dump_path/.msprobe/claims/``. If a live process already holds the claim, the newcomer writes under
+  ``dump_path/.msprobe/claims/``, under a lock of that rank and attempt only (processes of different ranks
+  never wait on each other). If a live process already holds the claim, the newcomer writes under
   ``<attempt root>/duplicate_rank{R}_{host}_{pid}/`` and a warning names both processes.
   A claim is stale when its pid is dead (same host), or when it comes from another host and a
   different known run id (an older job). Claims are released by ``manifest_finish``.
-* ``dump_path/msprobe_manifest.json`` lists every process (rank, host, pid, attempt, root, steps,
-  status), the config and versions. It is rewritten under a lock at process start and end only.
+* Each process writes its own manifest entry (``dumpformat.manifest``), at start and at end only, and an
+  empty marker of its run id. A rank's start and end therefore touch a fixed number of files whatever the
+  number of ranks, and none of them is written by another live process. After the job each node's launcher
+  closes the entries of its own dead processes (``finish_node``); the combined ``msprobe_manifest.json`` is
+  written by the launcher that has the job-wide view (``write_combined``) and built by readers on demand.
 
 Files are created 0640 and directories 0750 (before umask), never through a symlink; JSON files are
-replaced atomically. Importable without torch. I/O problems degrade to a warning, never an exception.
+replaced atomically. Claims and entries are not fsync'd: they matter only while the processes that wrote
+them live, and an fsync is a round trip per rank on a networked file system. Importable without torch.
+I/O problems degrade to a warning, never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -29,13 +36,14 @@ import time
 import uuid
 import warnings
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from .dumpformat import manifest as combined
 from .dumpformat import paths
 
 MANIFEST_NAME = paths.MANIFEST
 META_DIR = paths.META_DIR
-CLAIMS_DIR = "claims"
+CLAIMS_DIR = paths.CLAIMS_DIR
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 LOCK_TIMEOUT = 60.0
@@ -46,8 +54,10 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 # (abs dump path, claim key, attempt, pid) -> root; the runtime may ask for the root more than once.
 _roots: Dict[Tuple[str, str, int, int], str] = {}
-# abs dump path -> claim files held by this process (released by manifest_finish)
-_held: Dict[Tuple[str, int], List[str]] = {}
+# (abs dump path, pid) -> (claim file, its lock file) held by this process (released by manifest_finish)
+_held: Dict[Tuple[str, int], List[Tuple[str, str]]] = {}
+# (abs dump path, pid) -> (entry file, entry) of this process
+_entries: Dict[Tuple[str, int], Tuple[str, Dict[str, Any]]] = {}
 
 
 class CoordError(OSError):
@@ -84,7 +94,23 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _boot_time() -> float:
+    with open("/proc/stat", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise OSError(errno.ENOENT, "no btime in /proc/stat")
+
+
 def _process_start_time(pid: int) -> Optional[float]:
+    """psutil's create_time, computed the way psutil does on Linux without importing it (a rank pays for
+    every import at start-up)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import psutil
 
@@ -148,12 +174,36 @@ def _meta_dir(dump_path: str, *parts: str) -> str:
     return path
 
 
-def _lock(path: str):
-    import filelock
-
+@contextlib.contextmanager
+def _lock(path: str) -> Iterator[None]:
+    """An exclusive flock on ``path`` (what filelock does on POSIX, without its import cost at every rank's
+    start); filelock elsewhere. Raises CoordError after LOCK_TIMEOUT."""
     if os.path.islink(path):
         raise CoordError(errno.ELOOP, "lock file is a symlink", path)
-    return filelock.FileLock(path, timeout=LOCK_TIMEOUT, mode=FILE_MODE)
+    try:
+        import fcntl
+    except ImportError:
+        import filelock
+
+        with filelock.FileLock(path, timeout=LOCK_TIMEOUT, mode=FILE_MODE):
+            yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise CoordError(errno.ETIMEDOUT, f"lock not acquired in {LOCK_TIMEOUT:.0f} s", path)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _read_json(path: str) -> Optional[Any]:
@@ -170,8 +220,9 @@ def _read_json(path: str) -> Optional[Any]:
         return json.load(fh)
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write JSON to a new 0640 temp file (O_EXCL|O_NOFOLLOW) and os.replace it over ``path``."""
+def write_json_atomic(path: str, obj: Any, durable: bool = True) -> None:
+    """Write JSON to a new 0640 temp file (O_EXCL|O_NOFOLLOW) and os.replace it over ``path``; fsync'd first
+    when ``durable``."""
     directory, name = os.path.split(path)
     tmp = os.path.join(directory or ".", f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
@@ -180,7 +231,8 @@ def write_json_atomic(path: str, obj: Any) -> None:
             json.dump(obj, fh, indent=1)
             fh.write("\n")
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)  # replaces a symlink itself, never its target
     except BaseException:
         try:
@@ -248,9 +300,11 @@ def resolve_process_root(dump_path: str, rank: Optional[int]) -> str:
     duplicate_root = _free_dir(os.path.join(base, paths.duplicate_dir_name(key, _safe_host(), pid)))
     root = base
     try:
+        mark_run(dump_path)  # first: a launcher starting on another node must never see our data unmarked
         claims = _meta_dir(dump_path, CLAIMS_DIR)
-        claim_path = os.path.join(claims, f"attempt{attempt}_{key}.json")
-        with _lock(os.path.join(claims, ".lock")):
+        claim_path = os.path.join(claims, paths.claim_name(attempt, key))
+        lock_path = os.path.join(claims, paths.claim_lock_name(attempt, key))
+        with _lock(lock_path):
             try:
                 other = _read_json(claim_path)
             except (ValueError, CoordError):
@@ -265,8 +319,8 @@ def resolve_process_root(dump_path: str, rank: Optional[int]) -> str:
             else:
                 claim = _identity(attempt, rank, key)
                 claim["root"] = _rel(dump_path, base)
-                write_json_atomic(claim_path, claim)
-                _held.setdefault((dump_abs, pid), []).append(claim_path)
+                write_json_atomic(claim_path, claim, durable=False)
+                _held.setdefault((dump_abs, pid), []).append((claim_path, lock_path))
     except Exception as exc:
         _warn(f"cannot coordinate through {dump_path} ({exc}); duplicate ranks will not be detected")
     try:
@@ -286,21 +340,38 @@ def versions() -> Dict[str, str]:
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__version__", None):
             out[name] = str(module.__version__)
-    try:
-        from importlib.metadata import version
-
-        out["msprobe_launch"] = version("msprobe-launch")
-    except Exception:
-        out["msprobe_launch"] = "unknown"
+    out["msprobe_launch"] = _own_version()
     return out
 
 
-def _find_entry(manifest: Dict[str, Any], rank: Optional[int], root_rel: str) -> Optional[Dict[str, Any]]:
-    for entry in manifest.get("processes", []):
-        if (entry.get("host") == hostname() and entry.get("pid") == os.getpid()
-                and entry.get("rank") == rank and entry.get("root") == root_rel):
-            return entry
-    return None
+def _own_version() -> str:
+    """msprobe-launch's installed version. Its dist-info is looked up directly: importlib.metadata parses every
+    distribution on sys.path, which was half of a rank's coordination time."""
+    import sys
+
+    prefix = "msprobe_launch-"
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as it:
+                found = [e.name for e in it if e.name.startswith(prefix) and e.name.endswith(".dist-info")]
+        except OSError:
+            continue
+        for name in found:
+            try:
+                with open(os.path.join(entry or ".", name, "METADATA"), encoding="utf-8") as fh:
+                    for line in fh:
+                        if line.startswith("Version:"):
+                            return line.split(":", 1)[1].strip()
+                        if not line.strip():
+                            break
+            except OSError:
+                pass
+    try:
+        from importlib.metadata import version
+
+        return version("msprobe-launch")
+    except Exception:
+        return "unknown"
 
 
 def _env_int(name: str) -> Optional[int]:
@@ -320,7 +391,9 @@ def _new_entry(rank: Optional[int], root_rel: str) -> Dict[str, Any]:
         "root": root_rel,
         "node_rank": _env_int("GROUP_RANK"),  # torchrun's node index (the rendezvous assigns it under c10d)
         "local_rank": _env_int("LOCAL_RANK"),
-        "duplicate": os.path.basename(root_rel).startswith("duplicate_"),
+        # the launcher that started this process finishes it if it dies (see finish_node)
+        "launcher_pid": _env_int("MSPROBE_AGENT_PID"),
+        "duplicate": os.path.basename(root_rel).startswith(paths.DUPLICATE_PREFIX),
         "status": "running",
         "start_time": _now(),
         "end_time": None,
@@ -328,133 +401,150 @@ def _new_entry(rank: Optional[int], root_rel: str) -> Dict[str, Any]:
     }
 
 
-def _update_manifest(dump_path: str, update: Callable[[Dict[str, Any]], None]) -> None:
-    meta = _meta_dir(dump_path)
-    path = os.path.join(dump_path, MANIFEST_NAME)
-    with _lock(os.path.join(meta, "manifest.lock")):
-        try:
-            manifest = _read_json(path)
-        except ValueError:
-            # Keep the unreadable file for inspection instead of silently dropping other ranks' entries.
-            backup = f"{path}.corrupt-{int(time.time())}"
-            os.replace(path, backup)
-            _warn(f"{path} was not valid JSON; moved to {backup}")
-            manifest = None
-        except CoordError as exc:
-            _warn(f"{exc}; starting a new manifest")
-            manifest = None
-        if not isinstance(manifest, dict):
-            manifest = {"format": MANIFEST_FORMAT, "tool": "msprobe-launch", "created": _now(), "processes": []}
-        manifest.setdefault("processes", [])
-        update(manifest)
-        procs = manifest["processes"]
-        manifest["updated"] = _now()
-        manifest["ranks"] = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
-        manifest["hosts"] = sorted({p["host"] for p in procs if p.get("host")})
-        manifest["attempts"] = sorted({p["attempt"] for p in procs if isinstance(p.get("attempt"), int)})
-        manifest["run_ids"] = sorted({p["run_id"] for p in procs if p.get("run_id")})
-        nodes = {(p.get("host") or "", p.get("node_rank")) for p in procs}
-        manifest["nodes"] = [{"host": h, "node_rank": n}
-                             for h, n in sorted(nodes, key=lambda hn: (hn[1] is None, hn[1] or 0, hn[0]))]
-        write_json_atomic(path, manifest)
+def _entry_path(dump_path: str, entry: Dict[str, Any]) -> str:
+    key = paths.rank_dir_name(entry.get("rank"), entry.get("pid") or 0)
+    return os.path.join(_meta_dir(dump_path, paths.PROCS_DIR),
+                        paths.process_entry_name(entry.get("attempt") or 0, key, _safe_host(), entry.get("pid") or 0))
+
+
+def mark_run(dump_path: str, rid: Optional[str] = None) -> None:
+    """Create the run id's marker in ``dump_path`` unless it exists: another node's launcher then recognises the
+    data as this job's (``dumpformat.manifest.run_seen``) with one stat."""
+    rid = run_id() if rid is None else rid
+    if not rid:
+        return
+    marker = os.path.join(_meta_dir(dump_path, paths.RUNS_DIR), paths.run_marker_name(rid))
+    if os.path.lexists(marker):
+        return
+    try:  # O_EXCL: the first process of the run creates it, nobody ever writes into it
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE))
+    except FileExistsError:
+        pass
 
 
 def manifest_register(dump_path: str, *, rank: Optional[int], root: str, config: Dict[str, Any]) -> None:
-    """Record this process in ``dump_path/msprobe_manifest.json`` (call once, when dumping starts)."""
-    root_rel = _rel(dump_path, root)
-    vers = versions()
-
-    def update(manifest: Dict[str, Any]) -> None:
-        manifest.setdefault("config", config)
-        manifest.setdefault("versions", vers)
-        entry = _find_entry(manifest, rank, root_rel)
-        if entry is None:
-            entry = _new_entry(rank, root_rel)
-            manifest["processes"].append(entry)
-        if config != manifest["config"]:
-            entry["config"] = config
-        if vers != manifest["versions"]:
-            entry["versions"] = vers
-
+    """Write this process's manifest entry (call once, when dumping starts). Touches only its own files."""
+    key = (os.path.abspath(dump_path), os.getpid())
     try:
-        _update_manifest(dump_path, update)
+        entry = _new_entry(rank, _rel(dump_path, root))
+        entry["config"] = config
+        entry["versions"] = versions()
+        path = _entry_path(dump_path, entry)
+        write_json_atomic(path, entry, durable=False)
+        _entries[key] = (path, entry)
     except Exception as exc:
-        _warn(f"cannot update the manifest in {dump_path} ({exc})")
+        _warn(f"cannot write the manifest entry in {dump_path} ({exc})")
 
 
 def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: List[int], status: str) -> None:
-    """Record the steps written and the exit status (call once, at process end), and release the claims."""
-    root_rel = _rel(dump_path, root)
-
-    def update(manifest: Dict[str, Any]) -> None:
-        entry = _find_entry(manifest, rank, root_rel)
-        if entry is None:
-            entry = _new_entry(rank, root_rel)
-            manifest["processes"].append(entry)
-        entry["steps"] = sorted({int(s) for s in steps})
-        entry["status"] = status
-        entry["end_time"] = _now()
-
+    """Record the steps written and the exit status in this process's entry (call once, at process end), and
+    release the claims."""
+    key = (os.path.abspath(dump_path), os.getpid())
     try:
-        _update_manifest(dump_path, update)
+        path, entry = _entries.pop(key, (None, None))
+        if entry is None:
+            entry = _new_entry(rank, _rel(dump_path, root))
+        entry = dict(entry, rank=rank, steps=sorted({int(s) for s in steps}), status=status, end_time=_now())
+        new_path = _entry_path(dump_path, entry)
+        write_json_atomic(new_path, entry, durable=False)
+        if path is not None and path != new_path:  # registered before the rank was known (proc{pid})
+            os.unlink(path)
     except Exception as exc:
-        _warn(f"cannot update the manifest in {dump_path} ({exc})")
+        _warn(f"cannot write the manifest entry in {dump_path} ({exc})")
     release_claims(dump_path)
 
 
 def release_claims(dump_path: str) -> None:
     """Delete the claims this process holds under ``dump_path`` (only those still naming it)."""
     held = _held.pop((os.path.abspath(dump_path), os.getpid()), [])
-    if not held:
-        return
-    try:
-        with _lock(os.path.join(os.path.dirname(held[0]), ".lock")):
-            for path in held:
-                try:
-                    claim = _read_json(path)
-                    if isinstance(claim, dict) and _is_self(claim):
-                        os.unlink(path)
-                except (OSError, ValueError):
-                    pass
-    except Exception as exc:
-        _warn(f"cannot release claims in {dump_path} ({exc})")
+    for claim_path, lock_path in held:
+        try:
+            with _lock(lock_path):
+                claim = _read_json(claim_path)
+                if isinstance(claim, dict) and _is_self(claim):
+                    os.unlink(claim_path)
+        except (OSError, ValueError):
+            pass
+        except Exception as exc:
+            _warn(f"cannot release the claim {claim_path} ({exc})")
 
 
 def _steps_on_disk(dump_path: str, root_rel: str, rank: Optional[int], pid: Any) -> List[int]:
-    name = paths.rank_dir_name(rank, pid)
+    names = {paths.rank_dir_name(rank, pid), paths.rank_dir_name(None, pid)}
     root = os.path.join(dump_path, root_rel)
     steps = []
     try:
         for entry in os.scandir(root):
             step = paths.parse_step(entry.name)
             if step is not None and entry.is_dir(follow_symlinks=False) \
-                    and os.path.isdir(os.path.join(entry.path, name)):
+                    and any(os.path.isdir(os.path.join(entry.path, n)) for n in names):
                 steps.append(step)
     except OSError:
         pass
     return sorted(steps)
 
 
-def manifest_reconcile(dump_path: str) -> int:
-    """Close the entries of processes on this host that died without manifest_finish (killed by the agent on a
-    restart, crashed): status 'died', steps taken from the directories they left. Called by the launcher at
-    job end. Returns the number of entries updated."""
-    if not os.path.isfile(os.path.join(dump_path, MANIFEST_NAME)):
-        return 0
-    count = [0]
+def rank_dirs(dump_path: str, entry: Dict[str, Any]) -> List[str]:
+    """The step/rank directories a process of this entry wrote (found on disk)."""
+    root = os.path.join(dump_path, entry.get("root") or ".")
+    pid = entry.get("pid")
+    out = []
+    for step in _steps_on_disk(dump_path, entry.get("root") or ".", entry.get("rank"), pid):
+        for name in dict.fromkeys((paths.rank_dir_name(entry.get("rank"), pid), paths.rank_dir_name(None, pid))):
+            d = os.path.join(root, paths.step_dir_name(step), name)
+            if os.path.isdir(d) and not os.path.islink(d):
+                out.append(d)
+    return out
 
-    def update(manifest: Dict[str, Any]) -> None:
-        for entry in manifest.get("processes", []):
-            if entry.get("status") != "running" or entry.get("host") != hostname():
-                continue
-            if _pid_alive(entry.get("pid"), None):
-                continue
-            entry["status"] = "died"
-            entry["steps"] = _steps_on_disk(dump_path, entry.get("root") or ".", entry.get("rank"), entry.get("pid"))
-            count[0] += 1
 
+def is_mine(entry: Dict[str, Any], launcher_pid: Optional[int] = None) -> bool:
+    """Whether a process entry belongs to this node: same host and, when both are known, started by this
+    launcher (two launchers may share a host, e.g. in tests)."""
+    if entry.get("host") != hostname():
+        return False
+    theirs = entry.get("launcher_pid")
+    return launcher_pid is None or theirs is None or theirs == launcher_pid
+
+
+def finish_node(dump_path: str, launcher_pid: Optional[int] = None) -> List[Dict[str, Any]]:
+    """After the job, on one node: mark this node's processes that died without ``manifest_finish`` (killed by
+    the agent on a restart, crashed) as 'died', with the steps found on disk, and return the entries of every
+    process of this node. A live process, and every other host's process, is left alone: its entry is its
+    own. The dead process's entry is rewritten atomically; it has no other writer any more."""
+    return _finish(dump_path, launcher_pid)[0]
+
+
+def _finish(dump_path: str, launcher_pid: Optional[int]) -> Tuple[List[Dict[str, Any]], int]:
+    out, died = [], 0
+    for path, entry in combined.iter_entries(dump_path, _safe_host()):
+        if not is_mine(entry, launcher_pid):
+            continue
+        if entry.get("status") == "running" and not _pid_alive(entry.get("pid"), None):
+            entry = dict(entry, status="died", end_time=_now(),
+                         steps=_steps_on_disk(dump_path, entry.get("root") or ".", entry.get("rank"), entry.get("pid")))
+            died += 1
+            try:
+                write_json_atomic(path, entry)
+            except Exception as exc:
+                _warn(f"cannot update {path} ({exc})")
+        out.append(entry)
+    return out, died
+
+
+def manifest_reconcile(dump_path: str, launcher_pid: Optional[int] = None) -> int:
+    """finish_node, counting the entries it marked 'died'."""
+    return _finish(dump_path, launcher_pid)[1]
+
+
+def write_combined(dump_path: str) -> Optional[Dict[str, Any]]:
+    """Write ``msprobe_manifest.json``, the combined view of every process entry, atomically; only the launcher
+    with the job-wide view calls it, once, after the job. Returns the manifest (None if there is no entry)."""
+    entries = [e for _, e in combined.iter_entries(dump_path)]
+    if not entries:
+        return None
+    manifest = combined.build(entries, updated=_now())
     try:
-        _update_manifest(dump_path, update)
+        write_json_atomic(os.path.join(dump_path, MANIFEST_NAME), manifest)
     except Exception as exc:
-        _warn(f"cannot update the manifest in {dump_path} ({exc})")
-    return count[0]
+        _warn(f"cannot write {os.path.join(dump_path, MANIFEST_NAME)} ({exc})")
+    return manifest

@@ -2,7 +2,8 @@
 
 ``execute`` runs a plan: it prints the plan's notes, clears what ``--overwrite`` replaces, puts the workers'
 environment into this process (the agent, msrun and a child inherit it), runs the engine, and at the end
-of the job recovers the journals of ranks that did not finish and prints the dump summary. Each runner
+of the job finishes this node's ranks only (their manifest entries, the journals of those that died) and
+prints the dump summary. Each runner
 returns the launcher's exit code (README "Exit codes").
 """
 
@@ -14,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from msprobe_launch.plan import DumpPlan, LaunchPlan
 
@@ -133,37 +134,113 @@ def apply_env(plan: LaunchPlan) -> None:
     os.environ.update(plan.env_set)
 
 
-def print_summary(dump_path: str) -> None:
-    """The readers' summary table of a dump."""
+def print_summary(dump_path: str, select: Optional[Callable[[Any], bool]] = None) -> None:
+    """The readers' summary table of a dump (of the rank directories ``select`` accepts, when given)."""
     from msprobe_readers.cli import print_summary as summary
 
-    summary(dump_path)
+    summary(dump_path, select=select)
 
 
-def finish_job(dump: DumpPlan) -> None:
-    """After the job: rebuild the files of ranks that died mid-step from their journals, settle the manifest,
-    print the summary. A failure here is reported and never changes the job's exit code."""
+def _argv_node_rank(argv: List[str]) -> Optional[int]:
+    for i, arg in enumerate(argv):
+        for spelling in ("--node_rank", "--node-rank"):
+            value = arg[len(spelling) + 1:] if arg.startswith(spelling + "=") else \
+                (argv[i + 1] if arg == spelling and i + 1 < len(argv) else None)
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    return None
+    return None
+
+
+def is_lead(entries: List[Dict[str, Any]], engine: str = "command", argv: Optional[List[str]] = None) -> bool:
+    """Whether this launcher has the job-wide view: its ranks are on node 0 (torchrun's GROUP_RANK, which the
+    c10d rendezvous assigns), msrun's ``--node_rank`` is 0, or nothing says there is more than one node."""
+    node_ranks = {e.get("node_rank") for e in entries if isinstance(e.get("node_rank"), int)}
+    if node_ranks:
+        return 0 in node_ranks
+    if engine == "msrun":
+        return (_argv_node_rank(argv or []) or 0) == 0
+    return True
+
+
+def recover_node(dump_path: str, entries: List[Dict[str, Any]]) -> None:
+    """Rebuild the files of this node's ranks that died mid-step, from their journals. Only rank directories of
+    processes known to be dead are touched: a rank of another node may still be writing its last step."""
+    from msprobe_inject.coord import rank_dirs
+    from msprobe_inject.dumpformat.journal import needs_recovery, recover
+
+    for entry in entries:
+        if entry.get("status") != "died":
+            continue
+        for d in rank_dirs(dump_path, entry):
+            if not needs_recovery(d):
+                continue
+            try:
+                res = recover(d)
+                sys.stderr.write(f"[msprobe-launch] recovered {res.get('records', 0)} records of a rank that "
+                                 f"did not finish from its journal: {d} (step marked incomplete)\n")
+            except OSError as exc:
+                sys.stderr.write(f"[msprobe-launch] could not recover {d}: {exc}\n")
+
+
+def _own(dump_path: str, entries: List[Dict[str, Any]]) -> Callable[[Any], bool]:
+    from msprobe_inject.dumpformat import paths
+
+    keys = set()
+    for e in entries:
+        pid = e.get("pid") or 0
+        for name in (paths.rank_dir_name(e.get("rank"), pid), paths.rank_dir_name(None, pid)):
+            keys.add((e.get("root") or ".", name))
+    return lambda proc: proc.key in keys
+
+
+def finish_job(dump: DumpPlan, engine: str = "command", argv: Optional[List[str]] = None) -> None:
+    """After the job, on this node: close the manifest entries of this node's dead ranks and rebuild their files
+    from their journals, then print the summary: the job-wide one and the combined manifest from the launcher
+    with the job-wide view, this node's ranks from the others. Nothing of another node or of a live process is
+    written. A failure here is reported and never changes the job's exit code."""
     if not (dump.dumping and dump.dump_path and os.path.isdir(dump.dump_path)):
         return
+    entries: List[Dict[str, Any]] = []
     try:
-        from msprobe_inject.dumpformat.journal import recover_tree
+        from msprobe_inject.coord import finish_node
 
-        for d, res in recover_tree(dump.dump_path):
-            sys.stderr.write(f"[msprobe-launch] recovered {res.get('records', 0)} records of a rank that "
-                             f"did not finish from its journal: {d} (step marked incomplete)\n")
-    except Exception as exc:
-        sys.stderr.write(f"[msprobe-launch] could not recover journals: {exc}\n")
-    try:
-        from msprobe_inject.coord import manifest_reconcile
-
-        manifest_reconcile(dump.dump_path)
+        entries = finish_node(dump.dump_path, os.getpid())
     except Exception as exc:
         sys.stderr.write(f"[msprobe-launch] could not update the manifest: {exc}\n")
     try:
+        recover_node(dump.dump_path, entries)
+    except Exception as exc:
+        sys.stderr.write(f"[msprobe-launch] could not recover journals: {exc}\n")
+    lead = is_lead(entries, engine, argv)
+    if lead:
+        try:
+            from msprobe_inject.coord import write_combined
+
+            write_combined(dump.dump_path)
+        except Exception as exc:
+            sys.stderr.write(f"[msprobe-launch] could not write the manifest: {exc}\n")
+    try:
         sys.stdout.flush()
-        print_summary(dump.dump_path)
+        if lead:
+            print_summary(dump.dump_path)
+        else:
+            print(f"msprobe dump summary of this node's ranks (node 0's launcher prints the job's; "
+                  f"`msprobe-dump summary {dump.dump_path}` at any time):")
+            print_summary(dump.dump_path, _own(dump.dump_path, entries))
     except Exception as exc:
         sys.stderr.write(f"[msprobe-launch] could not summarise {dump.dump_path}: {exc}\n")
+    if dump.index and entries:
+        try:
+            from msprobe_readers import index
+
+            done = index.build(dump.dump_path, select=_own(dump.dump_path, entries))
+            sys.stderr.write(f"[msprobe-launch] indexed {done['directories']} step/rank directories of this node "
+                             f"({done['rows']} rows): msprobe-dump sql {dump.dump_path} \"SELECT ...\"\n")
+        except Exception as exc:
+            sys.stderr.write(f"[msprobe-launch] could not index {dump.dump_path}: {exc}\n")
 
 
 def execute(plan: LaunchPlan) -> int:
@@ -174,6 +251,13 @@ def execute(plan: LaunchPlan) -> int:
         sys.stderr.write(f"[msprobe-launch] --overwrite: removing earlier dump data in {plan.dump.dump_path}\n")
         _clear(plan.dump.clear_first)
     apply_env(plan)
+    if plan.dump.dumping and plan.dump.dump_path:
+        try:  # before any rank starts: a node's launcher starting later recognises this job's data
+            from msprobe_inject.coord import mark_run
+
+            mark_run(plan.dump.dump_path)
+        except Exception as exc:
+            sys.stderr.write(f"[msprobe-launch] could not mark the run in {plan.dump.dump_path}: {exc}\n")
     code = RUNNERS[plan.engine](plan)
-    finish_job(plan.dump)
+    finish_job(plan.dump, plan.engine, plan.argv)
     return code

@@ -8,7 +8,6 @@ and changes neither; ``--dry-run`` prints ``LaunchPlan.to_json()``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
@@ -17,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from msprobe_inject import config as dump_config
 from msprobe_inject import envvars
-from msprobe_inject.dumpformat import paths
+from msprobe_inject.dumpformat import manifest, paths
 
 ENGINES = ("torchrun", "msrun")
 # The chars msprobe (and msprobe compare) accept in a path.
@@ -41,6 +40,7 @@ class Request:
     config_path: Optional[str] = None
     run_id: Optional[str] = None
     overwrite: bool = False
+    index: bool = False
     dry_run: bool = False
 
 
@@ -52,6 +52,7 @@ class DumpPlan:
     dump_path: str = ""
     config: Optional[Dict[str, Any]] = None
     clear_first: List[str] = field(default_factory=list)  # an earlier job's entries, removed before the job
+    index: bool = False  # after the job, index this node's ranks (msprobe_readers.index)
 
 
 @dataclass
@@ -87,19 +88,20 @@ def prepend_pythonpath(current: Optional[str], entry: str) -> str:
 
 
 def earlier_dump_data(dump_path: str, run_id: str) -> List[str]:
-    """Entries of dump_path written by another job. Data of this job (another node already running,
-    same run id in the manifest) does not count."""
+    """Entries of dump_path written by another job. Data of this job (another node already running: the run
+    id's marker under ``.msprobe/runs/``, or the run id in an older dump's manifest) does not count."""
     try:
         entries = sorted(e for e in os.listdir(dump_path) if paths.DUMP_ENTRY.match(e))
     except OSError:
         return []
+    if entries == [paths.META_DIR] and not manifest.entry_files(dump_path):
+        return []  # only run markers: a launcher ran here, but no process of it dumped anything
     if not entries:
         return []
     try:
-        with open(os.path.join(dump_path, "msprobe_manifest.json"), encoding="utf-8") as fh:
-            if run_id in (json.load(fh).get("run_ids") or []):
-                return []
-    except (OSError, ValueError, AttributeError):
+        if manifest.run_seen(dump_path, run_id):
+            return []
+    except OSError:
         pass
     return entries
 
@@ -219,5 +221,5 @@ def build_plan(request: Request, environ: Optional[Mapping[str, str]] = None,
     plan.env_set = env_set
     plan.env_unset = unset
     plan.dump = DumpPlan(dumping=True, dump_path=dump_path, config=cfg.to_dict(),
-                         clear_first=[os.path.join(dump_path, e) for e in earlier])
+                         clear_first=[os.path.join(dump_path, e) for e in earlier], index=request.index)
     return plan

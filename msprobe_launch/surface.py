@@ -128,6 +128,9 @@ GENERAL_OPTIONS: Tuple[LaunchOption, ...] = (
     LaunchOption("overwrite", ("--overwrite",),
                  "Replace dump data an earlier job left in the dump path (refused otherwise).",
                  panel=GENERAL, switch=True),
+    LaunchOption("index", ("--index",),
+                 "After the job, index this node's ranks for `msprobe-dump sql` (a Parquet dataset).",
+                 panel=GENERAL, switch=True),
     LaunchOption("dry_run", ("--dry-run",),
                  "Validate, print the plan (command, MSPROBE_* env, config) as JSON, run nothing.",
                  panel=GENERAL, switch=True),
@@ -208,6 +211,7 @@ def parse(params: Mapping[str, Any], wrap: bool = False) -> Request:
         config_path=params.get(envvars.option(envvars.CONFIG).name),
         run_id=params.get(envvars.option(envvars.RUN_ID).name),
         overwrite=bool(params.get("overwrite")),
+        index=bool(params.get("index")),
         dry_run=bool(params.get("dry_run")),
     )
 

@@ -24,7 +24,7 @@ from msprobe_readers import __version__, text
 from msprobe_readers import diff as dif
 from msprobe_readers import ranks as rk
 from msprobe_readers import summary as sm
-from msprobe_readers.reading import discover, record_files
+from msprobe_readers.reading import ProcDir, discover, record_files
 
 _PROGRESS_MIN_BYTES = 64 << 20
 
@@ -235,6 +235,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index(args: argparse.Namespace) -> int:
+    from msprobe_readers import index
+
+    done = index.build(args.dump, force=args.force)
+    print(f"indexed {done['directories']} step/rank directories ({done['rows']} rows), {done['skipped']} up to date: "
+          f"{index.index_root(args.dump)}")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from msprobe_readers import index
+
+    if not index.exists(args.dump):
+        index.build(args.dump)
+    try:
+        columns, rows = index.query(args.dump, args.query)
+    except Exception as exc:  # the engine's own message says what is wrong with the query
+        print(f"msprobe-dump sql: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(_nan_safe([dict(zip(columns, row)) for row in rows]), sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(index.format_rows(columns, rows))
+    return 0
+
+
 def _tolerance(p: argparse.ArgumentParser, rtol: float, atol: float) -> None:
     p.add_argument("--rtol", type=_nonneg, default=rtol, metavar="X",
                    help=f"relative tolerance: |a-b| <= atol + rtol*max(|a|,|b|) (default {rtol:g})")
@@ -316,6 +343,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", help="page title")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("index", help="write the records' statistics as a Parquet dataset (for sql and any engine)",
+                       description="Write every record's statistics as a Parquet dataset under "
+                                   "DUMP/.msprobe/index/ (hive partitions attempt/step/rank), one file per step/rank "
+                                   "directory; directories indexed before and unchanged since are skipped.")
+    p.add_argument("dump", help="dump path")
+    p.add_argument("--force", action="store_true", help="rewrite every file")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("sql", help="a SQL query (DuckDB) over the index; the table is `records`",
+                       description="Run a DuckDB query over the dump's index (built first when missing); the "
+                                   "dataset is the view `records`. Prints tab-separated rows with a header.")
+    p.add_argument("dump", help="dump path")
+    p.add_argument("query", help='e.g. "SELECT rank, count(*) FROM records GROUP BY rank"')
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_sql)
     return parser
 
 
@@ -336,10 +379,12 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 # ---- the launcher's end-of-job summary ----
 
-def print_summary(dump_path: str, file: Optional[IO[str]] = None) -> List[sm.RankSummary]:
-    """The launcher's end-of-job output: the per-rank table and the first NaN/Inf of the job with its source."""
+def print_summary(dump_path: str, file: Optional[IO[str]] = None,
+                  select: Optional[Callable[[ProcDir], bool]] = None) -> List[sm.RankSummary]:
+    """The launcher's end-of-job output: the per-rank table and the first NaN/Inf of the job with its source
+    (of the rank directories ``select`` accepts, when given)."""
     out = sys.stdout if file is None else file
-    summaries = sm.summarize(dump_path)
+    summaries = sm.summarize(dump_path, select=select)
     if summaries:
         print(text.format_table(summaries, dump_path), file=out)
         hit = sm.global_first_nan(summaries)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite, nonfinite_leaves
 from msprobe_readers.reading import (
@@ -88,14 +88,17 @@ def _attach_stack(hit: NanHit) -> None:
 
 
 def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Optional[ProgressFn] = None,
-              stacks: bool = True) -> List[RankSummary]:
-    """One RankSummary per (root, rank/proc directory), ordered by attempt, root and rank.
+              stacks: bool = True, select: Optional[Callable[[ProcDir], bool]] = None) -> List[RankSummary]:
+    """One RankSummary per (root, rank/proc directory), ordered by attempt, root and rank; only the
+    directories ``select`` accepts, when given (a node's launcher summarises its own ranks).
 
     Every dump.json is read once; ``on_record(proc, position, name, record)`` sees every record, so other
     analyses can share the pass. With ``stacks``, the first NaN/Inf of each rank gets its stack.json frames.
     """
     found: Dict[Tuple[str, str], RankSummary] = {}
     for proc in discover(dump_path):
+        if select is not None and not select(proc):
+            continue
         s = found.get(proc.key)
         if s is None:
             s = found[proc.key] = RankSummary(root=proc.root, attempt=proc.attempt, process=proc.process,

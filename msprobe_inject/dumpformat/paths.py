@@ -3,7 +3,9 @@
 ``DUMP_PATH/[attempt{k}/][duplicate_{rank}_{host}_{pid}/]step{N}/{rank{R}|proc{pid}}/`` holds
 ``dump.json`` (``debug.json`` at level debug), ``stack.json``, ``construct.json``, ``dump.journal``,
 ``dump_error_info.log`` and ``dump_tensor_data/``. The dump path also holds the job's coordination
-files (``msprobe_manifest.json``, ``.msprobe/``).
+files: ``.msprobe/procs/`` (one entry per process, written only by that process), ``.msprobe/claims/``
+(one claim and one lock file per rank and attempt), ``.msprobe/runs/`` (one empty marker per run id) and
+``msprobe_manifest.json`` (the combined view the launcher writes after the job).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ ERROR_LOG = "dump_error_info.log"
 TENSOR_DIR = "dump_tensor_data"
 MANIFEST = "msprobe_manifest.json"
 META_DIR = ".msprobe"
+PROCS_DIR = "procs"  # under META_DIR
+CLAIMS_DIR = "claims"  # under META_DIR
+RUNS_DIR = "runs"  # under META_DIR
+INDEX_DIR = "index"  # under META_DIR: the readers' Parquet dataset (msprobe_readers.index)
+ENTRY_SUFFIX = ".json"
 RECORD_FILES = (DUMP_JSON, DEBUG_JSON)  # the files that hold records
 JSON_FILES = (DUMP_JSON, STACK_JSON, CONSTRUCT_JSON)
 
@@ -47,6 +54,42 @@ def attempt_dir_name(attempt: int) -> str:
 
 def claim_key(rank: Optional[int], pid: int) -> str:
     return rank_dir_name(rank, pid)
+
+
+def process_entry_name(attempt: int, key: str, host: str, pid: int) -> str:
+    """The file of one process's manifest entry: unique per process, so only that process writes it."""
+    return f"attempt{attempt}_{key}_{host}_{pid}{ENTRY_SUFFIX}"
+
+
+def entry_on_host(name: str, host: str) -> bool:
+    """Whether a process entry's file name says it was written on ``host``."""
+    stem = name[:-len(ENTRY_SUFFIX)] if name.endswith(ENTRY_SUFFIX) else name
+    head, _, pid = stem.rpartition("_")
+    return pid.isdigit() and head.endswith("_" + host)
+
+
+def index_file(dump_path: str, version: int, attempt: int, step: int, rank: Optional[int], process: str,
+               tag: str) -> str:
+    """One Parquet file of the readers' index: hive partitions attempt/step/rank (-1 for proc{pid})."""
+    return os.path.join(dump_path, META_DIR, INDEX_DIR, f"v{version}", f"attempt={attempt}", f"step={step}",
+                        f"rank={rank if rank is not None else -1}", f"{process}-{tag}.parquet")
+
+
+def claim_name(attempt: int, key: str) -> str:
+    return f"attempt{attempt}_{key}.json"
+
+
+def claim_lock_name(attempt: int, key: str) -> str:
+    """One lock per rank and attempt: only processes claiming the same rank ever wait on each other."""
+    return f"attempt{attempt}_{key}.lock"
+
+
+def run_marker_name(run_id: str) -> str:
+    """An empty file whose presence says that the run id wrote into this dump path (found in O(1))."""
+    import zlib
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)[:100]
+    return f"{safe}~{zlib.crc32(run_id.encode()):08x}"
 
 
 def duplicate_dir_name(key: str, host: str, pid: int) -> str:

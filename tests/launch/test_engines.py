@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 
@@ -89,16 +90,79 @@ def test_a_failed_worker_never_exits_0(raw, code):
     assert engines.worker_failure_code(raw) == code
 
 
-def test_end_of_job_recovers_journals_then_prints_the_summary(tmp_path, monkeypatch, capsys):
+RANK_MID_STEP = """\
+import os, sys, time
+from msprobe_inject import coord
+from msprobe_inject.dumpformat import journal
+dump, rank, stay = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+root = coord.resolve_process_root(dump, rank)
+coord.manifest_register(dump, rank=rank, root=root, config={"level": "L1"})
+d = os.path.join(root, "step0", "rank%d" % rank)
+os.makedirs(d)
+with open(os.path.join(d, "dump.journal"), "wb") as fh:  # a step opened and never closed
+    fh.write(journal.open_line({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                "dump_data_dir": None}, "dump"))
+    fh.write(journal.record_line("set", "Functional.relu.0.forward", '{"input_args": [], "output": []}'))
+print("ready", flush=True)
+while stay != "-" and not os.path.exists(stay):  # a rank still writing its last step
+    time.sleep(0.05)
+"""
+
+
+def _rank_mid_step(tmp_path, rank, stay, **env):
+    script = tmp_path / "rank_mid_step.py"
+    script.write_text(RANK_MID_STEP)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "d"), str(rank), stay], cwd=str(tmp_path),
+                            env=base_env(MSPROBE_RUN_ID="job", **env), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_end_of_job_finishes_only_this_nodes_dead_ranks(tmp_path, capsys):
+    me = str(os.getpid())
+    dead = _rank_mid_step(tmp_path, 0, "-", MSPROBE_AGENT_PID=me, GROUP_RANK="0")
+    dead.wait(timeout=60)
+    live = _rank_mid_step(tmp_path, 1, str(tmp_path / "go"), MSPROBE_AGENT_PID=me, GROUP_RANK="0")
+    other = _rank_mid_step(tmp_path, 2, "-", MSPROBE_AGENT_PID="1", GROUP_RANK="1")  # another launcher's
+    other.wait(timeout=60)
+    try:
+        engines.finish_job(DumpPlan(dumping=True, dump_path=str(tmp_path / "d")))
+    finally:
+        (tmp_path / "go").touch()
+        live.wait(timeout=60)
+    dump = tmp_path / "d"
+    recovered = json.loads((dump / "step0" / "rank0" / "dump.json").read_text())
+    assert recovered["incomplete"] is True and list(recovered["data"]) == ["Functional.relu.0.forward"]
+    assert not (dump / "step0" / "rank1" / "dump.json").exists()  # alive: never "recovered"
+    assert not (dump / "step0" / "rank2" / "dump.json").exists()  # its own launcher recovers it
+    err = capsys.readouterr().err
+    assert "recovered 1 records" in err and "rank1" not in err and "rank2" not in err
+    manifest = json.loads((dump / "msprobe_manifest.json").read_text())  # node 0: the job-wide view
+    status = {p["rank"]: p["status"] for p in manifest["processes"]}
+    assert status == {0: "died", 1: "running", 2: "running"}
+
+
+def test_a_node_other_than_0_prints_its_own_ranks_and_writes_no_combined_manifest(tmp_path, capsys):
+    me = str(os.getpid())
+    for rank, group, agent in ((0, "0", "1"), (2, "1", me), (3, "1", me)):
+        _rank_mid_step(tmp_path, rank, "-", MSPROBE_AGENT_PID=agent, GROUP_RANK=group).wait(timeout=60)
+    engines.finish_job(DumpPlan(dumping=True, dump_path=str(tmp_path / "d"), index=True))
+    dump = tmp_path / "d"
+    assert not (dump / "msprobe_manifest.json").exists()
+    indexed = sorted(p.parent.name for p in (dump / ".msprobe" / "index").rglob("*.parquet"))
+    assert indexed == ["rank=2", "rank=3"]  # --index: this node's ranks only
+    assert (dump / "step0" / "rank2" / "dump.json").exists() and (dump / "step0" / "rank3" / "dump.json").exists()
+    assert not (dump / "step0" / "rank0" / "dump.json").exists()
+    out = capsys.readouterr().out
+    assert "this node's ranks" in out
+    table = out.split("this node's ranks", 1)[1]
+    rows = [line.split()[0] for line in table.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == ["2", "3"], table
+
+
+def test_end_of_job_without_dumping_does_nothing(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr("msprobe_inject.dumpformat.journal.recover_tree",
-                        lambda path: calls.append(("recover", path)) or [("d/step1/rank1", {"records": 4})])
-    monkeypatch.setattr(engines, "print_summary", lambda path: calls.append(("summary", path)))
-    engines.finish_job(DumpPlan(dumping=True, dump_path=str(tmp_path)))
-    assert calls == [("recover", str(tmp_path)), ("summary", str(tmp_path))]
-    assert "recovered 4 records of a rank that did not finish from its journal: d/step1/rank1" in \
-        capsys.readouterr().err
-    calls.clear()
+    monkeypatch.setattr(engines, "print_summary", lambda path, select=None: calls.append(path))
     engines.finish_job(DumpPlan(dumping=False, dump_path=str(tmp_path)))
     engines.finish_job(DumpPlan(dumping=True, dump_path=str(tmp_path / "never-written")))
     assert calls == []

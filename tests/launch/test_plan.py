@@ -9,7 +9,7 @@ import os
 import sys
 
 import pytest
-from launch_util import BOOT, base_env, launch
+from launch_util import BOOT, base_env, launch, run
 from typer.testing import CliRunner
 
 from msprobe_launch import cli, plan, surface
@@ -217,6 +217,21 @@ def test_an_earlier_jobs_dump_is_refused_without_overwrite(tmp_path, script):
     same_job = dataclasses.replace(request, run_id="old-job")  # another node of the same job
     assert build_plan(same_job, environ=_env(tmp_path)).dump.clear_first == []
     assert (dump / "step0" / "rank0" / "dump.json").exists()  # planning removed nothing
+
+
+def test_another_node_of_the_same_job_is_recognised_while_it_runs(tmp_path, script):
+    # node 0's ranks are writing: no msprobe_manifest.json yet, only their own entries and the run's marker
+    dump = tmp_path / "d"
+    code = ("import sys; from msprobe_inject import coord; d = sys.argv[1]; "
+            "coord.manifest_register(d, rank=0, root=coord.resolve_process_root(d, 0), config={})")
+    run([sys.executable, "-c", code, str(dump)], str(tmp_path), env=base_env(MSPROBE_RUN_ID="job-7"))
+    (dump / "step0" / "rank0").mkdir(parents=True)
+    assert not (dump / "msprobe_manifest.json").exists()
+    request = Request(engine="command", program=["true"], script_is_file=False, overrides={"dump_path": str(dump)})
+    same_job = dataclasses.replace(request, run_id="job-7")
+    assert build_plan(same_job, environ=_env(tmp_path)).dump.clear_first == []
+    with pytest.raises(LaunchError, match="earlier job"):
+        build_plan(dataclasses.replace(request, run_id="job-8"), environ=_env(tmp_path))
 
 
 def test_overwrite_is_refused_through_the_launcher_and_nothing_starts(tmp_path, script):

@@ -1,0 +1,80 @@
+"""msprobe_readers.index: the Parquet dataset (one row per tensor leaf), incremental indexing, `msprobe-dump index`
+and `msprobe-dump sql` (DuckDB), and agreement with the JSON path's summary."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from msprobe_readers import index, summary
+
+from .reader_util import NAN, dump_cli, fwd, leaf, write_dump
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("duckdb")
+
+
+def _job(root):
+    for step in (0, 1):
+        for rank in (0, 1):
+            data = {
+                "Functional.linear.0.forward": fwd(leaf(mx=float(rank + step)), leaf()),
+                "Functional.relu.0.forward": fwd(leaf(mx=NAN) if (rank, step) == (1, 1) else leaf()),
+                "Module.fc.Linear.parameters_grad.0": {"weight": leaf(norm=3.0), "bias": leaf(norm=1.0)},
+                "Distributed.barrier.0.forward": {"input_args": [], "input_kwargs": {}, "output": [None]},
+            }
+            stack = {"0": [["Functional.linear.0.forward"], ["File train.py, line 3, in f, \n x = lin(y)"]]}
+            write_dump(root / f"step{step}" / f"rank{rank}", data, stack=stack)
+    write_dump(root / "attempt1" / "step0" / "rank0", {"Functional.linear.0.forward": fwd(leaf())})
+
+
+def test_the_index_holds_every_leaf_and_agrees_with_the_json_summary(tmp_path):
+    dump = tmp_path / "d"
+    _job(dump)
+    done = index.build(str(dump))
+    assert done["directories"] == 5 and done["skipped"] == 0
+    cols, rows = index.query(str(dump), "SELECT attempt, step, rank, count(DISTINCT position) FROM records "
+                                        "GROUP BY ALL ORDER BY ALL")
+    by_json = sorted((s.attempt, row.step, s.rank, row.records) for s in summary.summarize(str(dump))
+                     for row in s.per_step)
+    assert [tuple(r) for r in rows] == by_json
+    _, leaves = index.query(str(dump), "SELECT arg, dtype, shape, max, norm, stack_id, direction FROM records "
+                                       "WHERE attempt = 0 AND step = 1 AND rank = 1 ORDER BY position, arg")
+    assert leaves[0] == ("input_args.0", "torch.float32", [2], 2.0, 2.0, 0, "forward")
+    assert ("bias", "torch.float32", [2], 1.0, 1.0, None, "parameters_grad") in leaves
+    assert any(arg is None for arg, *_ in leaves)  # the barrier: a record without tensors still has its row
+    _, nan = index.query(str(dump), "SELECT rank, step, record FROM records WHERE isnan(max) ORDER BY ALL")
+    first = summary.global_first_nan(summary.summarize(str(dump)))
+    assert nan == [(first.rank, first.step, first.record)]
+    assert not [name for name in os.listdir(dump) if name.startswith("index")]  # all of it under .msprobe/
+
+
+def test_indexing_again_reads_only_what_changed(tmp_path):
+    dump = tmp_path / "d"
+    _job(dump)
+    index.build(str(dump))
+    assert index.build(str(dump)) == {"directories": 0, "skipped": 5, "rows": 0}
+    later = dump / "step1" / "rank0" / "dump.json"
+    write_dump(later.parent, {"Functional.add.0.forward": fwd(leaf())})
+    os.utime(later, (later.stat().st_atime, later.stat().st_mtime + 5))
+    again = index.build(str(dump))
+    assert again["directories"] == 1 and again["skipped"] == 4
+    _, rows = index.query(str(dump), "SELECT DISTINCT record FROM records WHERE step = 1 AND rank = 0")
+    assert rows == [("Functional.add.0.forward",)]
+
+
+def test_the_cli_indexes_and_queries(tmp_path):
+    dump = tmp_path / "d"
+    _job(dump)
+    proc = dump_cli(["sql", str(dump), "SELECT rank, max(norm) AS n FROM records WHERE attempt = 0 "
+                                        "GROUP BY rank ORDER BY rank"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["rank\tn", "0\t3.0", "1\t3.0"]
+    proc = dump_cli(["index", str(dump)], tmp_path)
+    assert proc.returncode == 0 and "5 up to date" in proc.stdout, proc.stdout + proc.stderr
+    proc = dump_cli(["sql", str(dump), "SELECT count(*) AS n FROM records WHERE isnan(max)", "--json"], tmp_path)
+    assert json.loads(proc.stdout) == [{"n": 1}]
+    proc = dump_cli(["sql", str(dump), "SELECT nope FROM records"], tmp_path)
+    assert proc.returncode == 2 and "nope" in proc.stderr
