@@ -404,48 +404,49 @@ class ApiHooks:
         return type(out)(new) if type(out) in (tuple, list) else out
 
     def _api_out_grad(self, bstate: dict):
-        def hook(grads):
-            if os.getpid() != self.rec.pid or self.rec.session.ended:
-                return None
-            tls.busy = True
-            try:
-                pending = []
-                files = self.rec.encoder.wants_files(bstate["key"])
-                grads = grads if isinstance(grads, (tuple, list)) else (grads,)
-                enc = self.rec.encoder
-                bstate["out"] = [enc.tensor(g, pending, f"{bstate['key']}.input.{j}.npy" if files else None)
-                                 if isinstance(g, ms.Tensor) else None for j, g in enumerate(grads)]
-                self._emit_api_backward(bstate, pending, "input")
-            except Exception as exc:
-                self.rec.log(f"{bstate['key']}: backward capture failed: {type(exc).__name__}: {exc}")
-            finally:
-                tls.busy = False
-            return None
+        """The gradients of the outputs arrived: the record's "input" (msprobe's backward naming)."""
+        def on_grads(grads):
+            bstate["out"], pending = self._grad_entries(bstate, grads, "input", 0)
+            self._emit_api_backward(bstate, pending, "input")
 
-        return hook
+        return self._grad_hook(bstate, on_grads)
 
     def _api_in_grad(self, bstate: dict, append: bool = False):
+        """The gradients of the inputs arrived (one hook per input for Primitives: append): its "output"."""
+        def on_grads(grads):
+            first = len(bstate["in"]) if append else 0
+            entries, pending = self._grad_entries(bstate, grads, "output", first)
+            bstate["in"] = bstate["in"] + entries if append else entries
+            self._emit_api_backward(bstate, pending, "output")
+
+        return self._grad_hook(bstate, on_grads)
+
+    def _grad_hook(self, bstate: dict, on_grads):
+        """A HookBackward hook: this process only, the tool's own work passes through, never raises."""
+        rec = self.rec
+
         def hook(grads):
-            if os.getpid() != self.rec.pid or self.rec.session.ended:
+            if os.getpid() != rec.pid or rec.session.ended:
                 return None
             tls.busy = True
             try:
-                pending = []
-                files = self.rec.encoder.wants_files(bstate["key"])
-                grads = grads if isinstance(grads, (tuple, list)) else (grads,)
-                first = len(bstate["in"]) if append else 0
-                enc = self.rec.encoder
-                entries = [enc.tensor(g, pending, f"{bstate['key']}.output.{first + j}.npy" if files else None)
-                           if isinstance(g, ms.Tensor) else None for j, g in enumerate(grads)]
-                bstate["in"] = bstate["in"] + entries if append else entries
-                self._emit_api_backward(bstate, pending, "output")
+                on_grads(grads)
             except Exception as exc:
-                self.rec.log(f"{bstate['key']}: backward capture failed: {type(exc).__name__}: {exc}")
+                rec.log(f"{bstate['key']}: backward capture failed: {type(exc).__name__}: {exc}")
             finally:
                 tls.busy = False
             return None
 
         return hook
+
+    def _grad_entries(self, bstate: dict, grads, side: str, first: int):
+        enc = self.rec.encoder
+        pending: list = []
+        files = enc.wants_files(bstate["key"])
+        grads = grads if isinstance(grads, (tuple, list)) else (grads,)
+        entries = [enc.tensor(g, pending, f"{bstate['key']}.{side}.{first + j}.npy" if files else None)
+                   if isinstance(g, ms.Tensor) else None for j, g in enumerate(grads)]
+        return entries, pending
 
     def _emit_api_backward(self, bstate: dict, pending, changed: str) -> None:
         s = self.rec.session
