@@ -198,11 +198,12 @@ def test_compiled_model_has_no_false_nan(tmp_path):
     assert _losses(proc.stdout) == baseline("compile", tmp_path)
     assert "first NaN/Inf of the job" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
     check_dump(dump)
+    ranks_consistent(dump, tmp_path)  # DDP under compile: the ranks are replicas
     data = rank_dumps(dump)[os.path.join("step0", "rank0")]
     outs = [k for k, v in data.items() if "out" in (v.get("input_kwargs") or {})]
     assert not outs, outs
     # the compiled region's parameter gradients, named as the uncompiled model's
-    assert "Module.blocks.0.up.Linear.parameters_grad.0" in data, sorted(data)
+    assert "Module.module.blocks.0.up.Linear.parameters_grad.0" in data, sorted(data)
 
 
 def test_compiled_dump_diffs_against_the_same_script_run_eagerly(tmp_path):
@@ -214,7 +215,7 @@ def test_compiled_dump_diffs_against_the_same_script_run_eagerly(tmp_path):
     proc = subprocess.run(cmd, cwd=str(tmp_path), env=base_env(TORCHDYNAMO_DISABLE="1"), capture_output=True,
                           text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Module.blocks.0.up.Linear.forward.0" in rank_dumps(eager)[os.path.join("step0", "rank0")]
+    assert "Module.module.blocks.0.up.Linear.forward.0" in rank_dumps(eager)[os.path.join("step0", "rank0")]
     proc = subprocess.run([sys.executable, "-m", "msprobe_readers.cli", "diff", compiled, eager, "--no-progress",
                            "--json", "--rtol", "1e-4", "--atol", "1e-6"],
                           cwd=str(tmp_path), env=base_env(), capture_output=True, text=True, timeout=TIMEOUT)

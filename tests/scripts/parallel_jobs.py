@@ -75,8 +75,8 @@ def build(kind: str, rank: int, world: int):
         fully_shard(model, mesh=mesh["dp"])
     elif kind in ("ckpt", "ddp_amp"):
         model = nn.parallel.DistributedDataParallel(model)
-    elif kind == "compile":
-        model = torch.compile(model)
+    elif kind == "compile":  # data parallel and compiled, as jobs run it
+        model = torch.compile(nn.parallel.DistributedDataParallel(model))
     return model
 
 
