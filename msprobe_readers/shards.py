@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from msprobe_inject.dumpformat import paths
 from msprobe_readers import stats as st
 from msprobe_readers.reading import ProcDir
 
@@ -133,7 +134,7 @@ def has_dtensors(proc: ProcDir) -> bool:
     """Whether a rank directory's records may hold DTensor leaves (a byte search, no JSON parsing)."""
     import os
 
-    files = [proc.file] if proc.file else [os.path.join(proc.path, n) for n in ("dump.json", "dump.journal")]
+    files = [proc.file] if proc.file else [os.path.join(proc.path, n) for n in (paths.DUMP_JSON, paths.JOURNAL)]
     for path in files:
         try:
             with open(path, "rb") as fh:
