@@ -41,6 +41,9 @@ CONFIGS = {
     "L1 tensor": ("ours", {"level": "L1", "task": "tensor"}),
     "L1 fsync": ("ours", {"level": "L1", "fsync": True}),
     "L1 zero-code": ("zero-code", {"level": "L1"}),
+    "L0 flight": ("ours", {"level": "L0", "flight_recorder": 4}),
+    "monitor": ("ours", {"level": "L0", "preset": "monitor"}),
+    "monitor flight": ("ours", {"level": "L0", "preset": "monitor", "flight_recorder": 4}),
     "msprobe dump off": ("msprobe-off", {}),
     "msprobe L0": ("msprobe", {"level": "L0"}),
     "msprobe L1": ("msprobe", {"level": "L1"}),
@@ -66,8 +69,9 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
         cfg = {"task": settings.get("task", "statistics"), "dump_path": dump, "level": settings["level"]}
         section = {"summary_mode": settings["summary_mode"]} if "summary_mode" in settings else {}
         cfg[cfg["task"]] = section
-        if "fsync" in settings:
-            cfg["fsync"] = settings["fsync"]
+        for key in ("fsync", "flight_recorder", "preset"):
+            if key in settings:
+                cfg[key] = settings[key]
         path = os.path.join(dump + ".json")
         with open(path, "w") as fh:
             json.dump(cfg, fh)

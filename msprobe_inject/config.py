@@ -26,6 +26,10 @@ RISK_LEVELS = ("CORE", "FOCUS", "ALL")
 PRECISIONS = ("low", "high")
 _NPU_ONLY_TASKS = ("diff_check", "nan_check", "acc_check", "exception_dump")
 _MAX_STEP = 1_000_000
+DEFAULT_SPIKE_RECORDS = "loss|parameters_grad|clip_grad_norm"
+FLIGHT_TASKS = ("statistics",)
+FLIGHT_LEVELS = ("L0", "L1", "mix")
+_SIZE = re.compile(r"\s*(\d+)\s*([KMG]i?B?|B)?\s*", re.IGNORECASE)
 # Keys of a task section of config.json that this runtime understands.
 _SECTION_KEYS = ("scope", "list", "data_mode", "summary_mode", "tensor_list", "overflow_nums")
 
@@ -65,6 +69,12 @@ class DumpConfig:
     pending_bytes: int = 256 << 20  # tensor task: memory budget of queued writes
     fsync: bool = False  # each finished step's files reach stable storage before step() returns
     keep_journal: bool = False  # a finished step keeps its dump.journal beside dump.json
+    flight_recorder: int = 0  # K > 0: keep the last K steps in memory, write them around a trigger
+    flight_after: int = 1  # M: steps written after the trigger step
+    flight_bytes: int = 256 << 20  # the ring's memory bound per rank
+    spike_factor: float = 10.0
+    spike_records: str = DEFAULT_SPIKE_RECORDS
+    preset: str = ""  # "monitor": module outputs and parameter gradients only (level L0, no stacks)
 
     # derived, not user keys
     def to_dict(self) -> Dict[str, Any]:
@@ -141,6 +151,17 @@ def _bool(key: str, value: Any) -> bool:
     return value
 
 
+
+
+def _size(key: str, value: Any) -> int:
+    """Bytes: an int, or a string such as '512M', '2G', '64KiB'."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if m is None or int(m.group(1)) <= 0:
+        raise ConfigError(key, f"must be a positive size in bytes, or with a K/M/G suffix like '512M', got {value!r}")
+    unit = (m.group(2) or "B")[0].upper()
+    return int(m.group(1)) << {"B": 0, "K": 10, "M": 20, "G": 30}[unit]
 
 
 def _check_data_mode(modes: List[str]) -> List[str]:
@@ -244,9 +265,47 @@ def build_config(values: Mapping[str, Any]) -> DumpConfig:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError("pending_bytes", f"must be a positive int (bytes), got {n!r}")
         cfg.pending_bytes = n
+    for key, low in (("flight_recorder", 0), ("flight_after", 0)):
+        if key in v:
+            n = v[key]
+            if isinstance(n, bool) or not isinstance(n, int) or n < low:
+                raise ConfigError(key, f"must be an int >= {low} (steps), got {n!r}")
+            setattr(cfg, key, n)
+    if "flight_bytes" in v:
+        cfg.flight_bytes = _size("flight_bytes", v["flight_bytes"])
+    if "spike_factor" in v:
+        f = v["spike_factor"]
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 0 or f == float("inf"):
+            raise ConfigError("spike_factor", f"must be a number >= 0 (0: no spike rule), got {f!r}")
+        cfg.spike_factor = float(f)
+    if "spike_records" in v:
+        pattern = v["spike_records"]
+        if not isinstance(pattern, str):
+            raise ConfigError("spike_records", f"must be a regular expression (string), got {pattern!r}")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError("spike_records", f"{pattern!r} is not a valid regular expression: {exc}")
+        cfg.spike_records = pattern
+    if v.get("preset"):
+        cfg.preset = _choice("preset", v["preset"], envvars.option("preset").choices)
+        if "level" in v and v["level"] != "L0":
+            raise ConfigError("level", f"{v['level']!r} cannot be combined with preset 'monitor'; allowed values: 'L0'")
+        cfg.level = "L0"
+        cfg.extra_info = False
     if cfg.task == "structure" and cfg.level == "L1":
         cfg.level = "mix"  # msprobe promotes L1 to mix for structure
     cfg.scope = _check_scope(_str_list("scope", v.get("scope", [])), cfg.level)
+    if cfg.flight_recorder:
+        if cfg.task not in FLIGHT_TASKS:
+            raise ConfigError("task", f"{cfg.task!r} cannot be combined with flight_recorder; allowed values: "
+                                      f"{_allowed(FLIGHT_TASKS)}")
+        if cfg.level not in FLIGHT_LEVELS:
+            raise ConfigError("level", f"{cfg.level!r} cannot be combined with flight_recorder; allowed values: "
+                                       f"{_allowed(FLIGHT_LEVELS)}")
+        if cfg.step:
+            raise ConfigError("step", "cannot be combined with flight_recorder, which records every step and "
+                                      "writes the steps around a trigger")
     if cfg.async_dump and cfg.summary_mode == "md5":
         raise ConfigError("async_dump", "cannot be true together with summary_mode 'md5'")
     return cfg

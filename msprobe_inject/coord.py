@@ -436,7 +436,8 @@ def manifest_register(dump_path: str, *, rank: Optional[int], root: str, config:
         _warn(f"cannot write the manifest entry in {dump_path} ({exc})")
 
 
-def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: List[int], status: str) -> None:
+def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: List[int], status: str,
+                    flight: Optional[Dict[str, Any]] = None) -> None:
     """Record the steps written and the exit status in this process's entry (call once, at process end), and
     release the claims."""
     key = (os.path.abspath(dump_path), os.getpid())
@@ -445,6 +446,8 @@ def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: Li
         if entry is None:
             entry = _new_entry(rank, _rel(dump_path, root))
         entry = dict(entry, rank=rank, steps=sorted({int(s) for s in steps}), status=status, end_time=_now())
+        if flight is not None:
+            entry["flight_recorder"] = flight
         new_path = _entry_path(dump_path, entry)
         write_json_atomic(new_path, entry, durable=False)
         if path is not None and path != new_path:  # registered before the rank was known (proc{pid})

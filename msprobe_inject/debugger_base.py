@@ -111,6 +111,17 @@ class DebuggerBase:
                 rt.writer.log_error(f"step() failed: {exc}")
 
     @classmethod
+    def trigger(cls, reason: str = "debugger.trigger()") -> None:
+        """Flight recorder (``--flight-recorder K``): every rank writes the last K steps, this one and the
+        next M. Without the flight recorder, nothing happens."""
+        rt = cls._rt()
+        if rt is not None:
+            try:
+                rt.trigger(reason)
+            except Exception as exc:
+                rt.writer.log_error(f"trigger() failed: {exc}")
+
+    @classmethod
     def set_init_step(cls, step: int) -> None:
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise ValueError(f"set_init_step: {step!r} must be an int greater than or equal to 0")

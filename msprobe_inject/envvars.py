@@ -34,6 +34,12 @@ ASYNC_DUMP = "MSPROBE_ASYNC_DUMP"  # 1/0, true/false
 STEP_ON = "MSPROBE_STEP_ON"  # optimizer | forward | manual
 FSYNC = "MSPROBE_FSYNC"  # 1/0: a finished step's files are on stable storage before step() returns
 KEEP_JOURNAL = "MSPROBE_KEEP_JOURNAL"  # 1/0: a finished step keeps its dump.journal
+FLIGHT_RECORDER = "MSPROBE_FLIGHT_RECORDER"  # K: keep the last K steps in memory, write them on a trigger
+FLIGHT_AFTER = "MSPROBE_FLIGHT_AFTER"  # M: steps written after the trigger step
+FLIGHT_BYTES = "MSPROBE_FLIGHT_BYTES"  # the ring's memory bound per rank: bytes, or 512M / 2G
+SPIKE_FACTOR = "MSPROBE_SPIKE_FACTOR"  # F: a norm above F x its median over the ring triggers (0: off)
+PRESET = "MSPROBE_PRESET"  # monitor: module outputs and parameter gradients only
+SPIKE_RECORDS = "MSPROBE_SPIKE_RECORDS"  # regular expression of the record names the spike rule watches
 ENABLE = "MSPROBE_ENABLE"  # 0 switches everything off; 1 activates with defaults
 
 # Internal variables set by the launcher (documented, not meant to be set by hand).
@@ -79,6 +85,8 @@ _KINDS = {
     "path": (str.strip, os.path.abspath),  # relative to the launcher's cwd, which the ranks may not share
     "list": (_parse_list, lambda value: json.dumps(list(value))),
     "bool": (_parse_bool, lambda value: "1" if value else "0"),
+    "int": (lambda raw: int(raw.strip()), str),
+    "float": (lambda raw: float(raw.strip()), repr),
 }
 
 
@@ -88,7 +96,7 @@ class Option(NamedTuple):
     var: str
     key: Optional[str]  # config key; None when the value is not a config value (--config, --run-id)
     flags: Tuple[str, ...]  # command-line spellings; a "bool" option also gets each "--no-" form
-    kind: str  # "str", "path", "list" or "bool": how the variable's text is parsed (see _KINDS)
+    kind: str  # "str", "path", "list", "bool", "int" or "float": how the variable's text is parsed (see _KINDS)
     metavar: str
     help: str  # --help and the README (markdown); names every allowed value
     choices: Tuple[str, ...] = ()  # allowed values, checked by msprobe_inject.config
@@ -155,6 +163,27 @@ OPTIONS: Tuple[Option, ...] = (
     Option(KEEP_JOURNAL, "keep_journal", ("--keep-journal",), "bool", "BOOL",
            "Keep each finished step's `dump.journal` beside its `dump.json`. By default a step's journal is "
            "removed once its `dump.json` is written, so the dump holds no duplicate."),
+    Option(FLIGHT_RECORDER, "flight_recorder", ("--flight-recorder",), "int", "K",
+           "Flight recorder: record every step but keep only the last K in memory, and write nothing until a "
+           "trigger fires (a NaN/Inf statistic, a spike, an exception leaving the script, SIGTERM, or "
+           "`debugger.trigger()`); then every rank writes steps T-K .. T+M around the trigger step T as ordinary "
+           "step directories. `0` (default): off. Tasks `statistics` only; levels `L0`, `L1`, `mix`."),
+    Option(FLIGHT_AFTER, "flight_after", ("--flight-after",), "int", "M",
+           "Flight recorder: steps written after the trigger step (default 1)."),
+    Option(FLIGHT_BYTES, "flight_bytes", ("--flight-bytes",), "str", "SIZE",
+           "Flight recorder: the most memory one rank's ring holds, in bytes or with a `K`/`M`/`G` suffix "
+           "(default `256M`); the oldest steps leave first."),
+    Option(SPIKE_FACTOR, "spike_factor", ("--spike-factor",), "float", "F",
+           "Flight recorder: a watched record whose norm exceeds F times its median over the ring triggers "
+           "(default 10; `0` turns the spike rule off)."),
+    Option(SPIKE_RECORDS, "spike_records", ("--spike-records",), "str", "REGEX",
+           "Flight recorder: the records the spike rule watches, a regular expression searched in record names "
+           "(default `loss|parameters_grad|clip_grad_norm`: the loss and the gradient norms)."),
+    Option(PRESET, "preset", ("--preset",), "str", "NAME",
+           "`monitor`: level L0 recording only module forward outputs and parameter gradients, without stacks "
+           "or the module tree: the signals of msprobe's monitor, at the lowest cost. Pairs with "
+           "`--flight-recorder`.",
+           choices=("monitor",)),
     Option(RUN_ID, None, ("--run-id",), "str", "ID",
            "Id shared by all nodes of one job (default `--rdzv-id` under c10d, else a fresh uuid).",
            var_help="One id per job, shared by all nodes; the launcher always sets it (`--run-id`, `--rdzv-id` "

@@ -62,6 +62,11 @@ class Recorder:
         self.inp = cfg.input_enabled
         self.outp = cfg.output_enabled
         self.params_on = self.fwd and self.outp
+        self.module_bwd = self.bwd  # module backward records
+        self.pgrads = self.bwd  # parameter-gradient records
+        if cfg.preset == "monitor":  # module output norms and parameter-gradient norms, nothing else
+            self.fwd, self.outp, self.inp, self.params_on = True, True, False, False
+            self.module_bwd, self.pgrads = False, True
         self.zero_code = zero_code
         self.manual = not zero_code  # the script calls start/stop/step (zero-code: until it makes a debugger)
         self.api_on = False
@@ -75,7 +80,11 @@ class Recorder:
         self._warned_cannot: set = set()
         fw.install(self)
         atexit.register(self.shutdown)
-        _chain_sigterm(self.shutdown)
+        if self.writer.flight is not None:
+            _chain_sigterm(self._sigterm)
+            _chain_excepthook(weakref.ref(self))
+        else:
+            _chain_sigterm(self.shutdown)
         os.register_at_fork(after_in_child=_forked_child(weakref.ref(self)))
 
     # ---------------------------------------------------------------- lifecycle
@@ -146,6 +155,15 @@ class Recorder:
             self.session.close(timeout)
         except Exception:
             pass
+
+    def trigger(self, reason: str, kind: str = "explicit") -> None:
+        """Flight recorder: write the window around the current step (every rank of the job does)."""
+        if os.getpid() == self.pid and self.writer.flight is not None:
+            self.writer.trigger(kind, str(reason)[:500], self.session.step)
+
+    def _sigterm(self, timeout: Optional[float] = None) -> None:
+        self.trigger("SIGTERM", kind="sigterm")
+        self.shutdown(timeout)
 
     def restore(self) -> None:
         """Remove every hook and wrapper (the process runs on as if the tool had never been loaded)."""
@@ -454,6 +472,24 @@ def _forked_child(ref: Callable[[], Optional[Recorder]]) -> Callable[[], None]:
             rec.api_on = False
 
     return after_in_child
+
+
+def _chain_excepthook(ref: Callable[[], Optional[Recorder]]) -> None:
+    """Flight recorder: an exception leaving the script triggers (atexit then writes the window)."""
+    import sys
+
+    prev = sys.excepthook
+
+    def hook(etype: Any, value: Any, tb: Any) -> Any:
+        rec = ref()
+        if rec is not None and not issubclass(etype, KeyboardInterrupt):
+            try:
+                rec.trigger(f"{etype.__name__}: {value}", kind="exception")
+            except Exception:
+                pass
+        return prev(etype, value, tb)
+
+    sys.excepthook = hook
 
 
 SIGTERM_FLUSH_S = 5.0  # torchrun sends SIGKILL 30 s after SIGTERM: the dump gets a bounded share of that

@@ -77,7 +77,15 @@ class Session:
         overflow = None
         if cfg.task == "overflow_check":
             overflow = cfg.overflow_nums if cfg.overflow_nums > 0 else 10**12
-        self.writer = DumpWriter(resolver, save_tensor, cfg.pending_bytes, overflow, cfg.fsync, cfg.keep_journal)
+        flight = None
+        if cfg.flight_recorder:
+            from .dumpformat.nonfinite import has_nonfinite
+            from .flight import Flight
+
+            flight = Flight(cfg.flight_recorder, cfg.flight_after, cfg.flight_bytes, cfg.spike_factor,
+                            cfg.spike_records, has_nonfinite)
+        self.writer = DumpWriter(resolver, save_tensor, cfg.pending_bytes, overflow, cfg.fsync, cfg.keep_journal,
+                                 flight)
         self.filters = Filters(cfg)
         self.lock = threading.RLock()
         self.running = False
@@ -112,7 +120,10 @@ class Session:
         return not self.cfg.rank or rank is None or rank in self.cfg.rank
 
     def next_step(self) -> None:
-        self.writer.flush(finish=True)  # the step is complete on disk once step() returns
+        if self.writer.flight is None:
+            self.writer.flush(finish=True)  # the step is complete on disk once step() returns
+        else:
+            self.writer.end_step()  # nothing to write: the training thread does not wait
         self.api_counts.clear()
         self.module_counts.clear()
         self.pgrad_counts.clear()
@@ -121,7 +132,7 @@ class Session:
         self._open_dir = None
         self._open_step = None
         self.loop += 1
-        if self.cfg.step and self.step > max(self.cfg.step):
+        if (self.cfg.step and self.step > max(self.cfg.step)) or self.writer.flight_over:
             self.ended = True
             self.running = False
             self.writer.close()
@@ -166,6 +177,8 @@ class Session:
                 from . import coord  # optional: shared-file-system coordination
 
                 root = coord.resolve_process_root(self.cfg.dump_path, self.rank)
+                if self.writer.flight is not None:
+                    self.writer.flight.marker = paths.flight_marker(self.cfg.dump_path, coord.current_attempt())
                 coord.manifest_register(self.cfg.dump_path, rank=self.rank, root=root,
                                         config=self.cfg.to_dict())
             except ImportError:
@@ -263,6 +276,8 @@ class Session:
 
     # ---- lifecycle ----
     def flush(self) -> None:
+        if self.writer.flight is not None:
+            return  # the flight recorder writes nothing at stop(): the training thread does not wait
         # blocking, as msprobe: the step's files are complete when stop()/step() return. Letting them
         # overlap the next step measured no faster (statistics or tensors: the writer is the bottleneck
         # or the cores are) and would lose up to pending_bytes of files in a crash
@@ -276,8 +291,10 @@ class Session:
                 from . import coord
 
                 if self.root is not None and not self.writer.stopped and not self._root_failed:
+                    fl = self.writer.flight
                     coord.manifest_finish(self.cfg.dump_path, rank=self.rank, root=self.root,
-                                          steps=sorted(self.writer.steps_written), status="finished")
+                                          steps=sorted(self.writer.steps_written), status="finished",
+                                          flight=fl.summary() if fl is not None else None)
             except ImportError:
                 pass
             except Exception:

@@ -24,6 +24,7 @@ from .dumpformat import files, journal, paths
 from .dumpformat.documents import StepRecords
 from .dumpformat.encoding import encode, join_members
 from .dumpformat.nonfinite import has_nonfinite
+from .flight import Flight
 
 _BATCH = 256  # events per hand-off to the writer thread
 _DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long: a kill -9 loses at most that
@@ -96,6 +97,14 @@ class Close(NamedTuple):
     done: threading.Event
 
 
+class Trigger(NamedTuple):
+    """Flight recorder: the recorder saw a reason to write the window (exception, SIGTERM, explicit)."""
+
+    kind: str
+    record: Optional[str]
+    step: int  # the recorder's current step (it may have no records yet)
+
+
 _RECORDS = (Record, Merge)
 
 
@@ -151,13 +160,19 @@ def format_stack(frames: tuple) -> List[str]:
 class _OpenStep:
     """The step directory being written, its records and its journal."""
 
-    __slots__ = ("directory", "records", "journal", "held")
+    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes")
 
     def __init__(self, directory: str, header: Dict[str, Any], kind: str):
         self.directory = directory
         self.records = StepRecords(header, kind)
         self.journal = None
         self.held: Dict[str, Dict[str, Any]] = {}  # overflow_check: finite records not written (yet)
+        self.on_disk = True  # False: a flight-recorder step held in memory only
+        self.nbytes = 0  # flight recorder: encoded bytes held
+
+    @property
+    def step(self) -> Optional[int]:
+        return self.records.header.get("_step")
 
 
 class DumpWriter:
@@ -165,12 +180,14 @@ class DumpWriter:
 
     def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
-                 keep_journal: bool = False):
+                 keep_journal: bool = False, flight: Optional[Flight] = None):
         self._resolver = resolver
         self._save_tensor = save_tensor
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._buf: list = []
-        self._blk = threading.Lock()
+        # reentrant: a signal handler (SIGTERM's flush) may run on the training thread inside send(); a plain
+        # lock would deadlock it there until the launcher's SIGKILL
+        self._blk = threading.RLock()
         self._dir: Optional[str] = None  # the step directory most recently opened (producer side)
         self._root: Optional[str] = None  # the dump path: nothing below it is written through a symlink
         self._thread: Optional[threading.Thread] = None
@@ -185,13 +202,15 @@ class DumpWriter:
         self._overflow_left = overflow_nums  # None: keep every record
         self._fsync = fsync
         self._keep_journal = keep_journal
+        self.flight = flight  # the flight recorder's ring and triggers, or None: every step is written
+        self._finished: Optional[threading.Event] = None  # flight recorder: the last step end sent
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
         self._stack_text: Dict[tuple, Tuple[tuple, str]] = {}  # frames -> (text, its json)
         self._handlers: Dict[type, Callable[[Any, List[bytes]], bool]] = {
             Open: self._on_open, Record: self._on_record, Merge: self._on_merge, Construct: self._on_construct,
             Stack: self._on_stack, Rename: self._on_rename, TensorFile: self._on_tensor, Link: self._on_link,
-            Flush: self._on_flush, Close: self._on_close,
+            Flush: self._on_flush, Close: self._on_close, Trigger: self._on_trigger,
         }
 
     # ---- called from the training thread ----
@@ -242,6 +261,25 @@ class DumpWriter:
         ev = threading.Event()
         self.send(Flush(ev, finish), push=True)
         self.wait(ev, self._thread, timeout)
+
+    def end_step(self) -> None:
+        """Flight recorder: the step ended. Not waited for (nothing is written per step), but the previous
+        step end must have been taken, so the writer is never more than one step behind."""
+        if self._thread is None:
+            return
+        if self._finished is not None:
+            self.wait(self._finished, self._thread)
+        ev = self._finished = threading.Event()
+        self.send(Flush(ev, True), push=True)
+
+    def trigger(self, kind: str, record: Optional[str], step: int) -> None:
+        """Flight recorder: write the window around ``step`` (the writer thread decides its steps)."""
+        if self._thread is not None and self.flight is not None:
+            self.send(Trigger(kind, record, step), push=True)
+
+    @property
+    def flight_over(self) -> bool:
+        return self.flight is not None and self.flight.over
 
     @staticmethod
     def wait(ev: threading.Event, thread: threading.Thread, timeout: float = 600.0) -> None:
@@ -335,6 +373,8 @@ class DumpWriter:
                     self._write_journal(lines)
                     return
             self._write_journal(lines)
+            if self.flight is not None and self.flight.window is not None and self.flight.ring:
+                self._write_window()
 
     def _log_unread(self, batch: list, failed: Dict[int, str]) -> None:
         """One error line per record whose statistics could not be read, naming it; one warning per reason."""
@@ -358,6 +398,12 @@ class DumpWriter:
         self._write_journal(lines)
         self._finish_step()
         st = self._step = _OpenStep(ev.directory, ev.header, ev.kind)
+        fl = self.flight
+        if fl is not None:
+            fl.rank = _rank_of(ev.directory)
+            if not fl.in_window(st.step):
+                st.on_disk = False  # held in memory until a trigger's window takes it
+                return False
         try:
             files.makedirs(ev.directory, ev.header.get("_root"))
             st.journal = files.open_append(os.path.join(ev.directory, paths.JOURNAL))
@@ -379,6 +425,10 @@ class DumpWriter:
     def _on_close(self, ev: Close, lines: List[bytes]) -> bool:
         self._write_journal(lines)
         self._finish_step()
+        if self.flight is not None:  # another rank may have triggered after this rank's last step
+            self.flight.poll()
+            if self.flight.window is not None and self.flight.ring:
+                self._write_window()
         ev.done.set()
         return True
 
@@ -419,6 +469,14 @@ class DumpWriter:
 
     def _on_rename(self, ev: Rename, lines: List[bytes]) -> bool:
         st = self._live()
+        if self.flight is not None:
+            self.flight.rank = _rank_of(ev.new)
+            for held, _ in self.flight.ring:  # steps held in memory move with the process's name
+                if os.path.basename(held.directory) == os.path.basename(ev.old):
+                    held.directory = os.path.join(os.path.dirname(held.directory), os.path.basename(ev.new))
+            if st is not None and st.directory == ev.old and not st.on_disk:
+                st.directory = ev.new
+                return False
         if st is None or st.directory != ev.old or os.path.exists(ev.new):
             return False
         try:
@@ -467,6 +525,9 @@ class DumpWriter:
         st.records.set(ev.key, encoded)
         if st.journal is not None:
             lines.append(journal.record_line("set", ev.key, encoded))
+        if self.flight is not None:
+            st.nbytes += len(encoded) + len(ev.key)
+            self.flight.observe(st.step, ev.key, ev.body, encoded)
         return False
 
     def _on_merge(self, ev: Merge, lines: List[bytes]) -> bool:
@@ -479,6 +540,10 @@ class DumpWriter:
         st.records.merge(ev.key, members, move=ev.move)
         if st.journal is not None:
             lines.append(journal.record_line("move" if ev.move else "merge", ev.key, join_members(members)))
+        if self.flight is not None:
+            text = "".join(members.values())
+            st.nbytes += len(text) + len(ev.key)
+            self.flight.observe(st.step, ev.key, ev.members, text)
         return False
 
     def _overflow(self, st: _OpenStep, key: str, body: Any, lines: List[bytes], merge: bool = False) -> bool:
@@ -506,9 +571,9 @@ class DumpWriter:
                 self._dir_failed(st.directory, exc)
         lines.clear()
 
-    def _write_documents(self) -> None:
-        st = self._step
-        if st is None or not st.records.dirty or st.directory in self._failed_dirs:
+    def _write_documents(self, st: Optional[_OpenStep] = None) -> None:
+        st = st or self._step
+        if st is None or not st.records.dirty or not st.on_disk or st.directory in self._failed_dirs:
             return
         try:
             for name, data in st.records.documents().items():
@@ -522,6 +587,9 @@ class DumpWriter:
     def _finish_step(self) -> None:
         st = self._step
         if st is None:
+            return
+        if self.flight is not None and self._flight_step_end(st):
+            self._step = None
             return
         self._write_documents()
         if st.journal is not None:
@@ -545,6 +613,53 @@ class DumpWriter:
             self.steps_written.append(step)
         self._step = None
 
+    # ---- the flight recorder (see flight.py) ----
+    def _on_trigger(self, ev: Trigger, lines: List[bytes]) -> bool:
+        if self.flight is not None:
+            self.flight.fire(ev.kind, ev.step, ev.record)
+        return False
+
+    def _flight_step_end(self, st: _OpenStep) -> bool:
+        """A step ends: it is written when a window holds it, else it joins the ring. False: the step was
+        opened on disk (inside a known window) and ends as any other."""
+        fl = self.flight
+        fl.step_finished()
+        fl.poll()
+        step = st.step
+        held = not st.on_disk
+        if held:
+            if fl.in_window(step):
+                self._materialize(st)
+            elif fl.window is None:
+                fl.keep(st, st.nbytes)
+        if fl.ring and fl.window is not None:
+            self._write_window()
+        if fl.window is not None and isinstance(step, int) and step >= fl.window[1]:
+            fl.over = True
+        return held
+
+    def _write_window(self) -> None:
+        for held in self.flight.take_window():
+            self._materialize(held)
+
+    def _materialize(self, st: _OpenStep) -> None:
+        """Write a step held in memory as an ordinary step directory."""
+        st.on_disk = True
+        try:
+            files.makedirs(st.directory, st.records.header.get("_root"))
+        except OSError as exc:
+            self._dir_failed(st.directory, exc)
+            return
+        st.records.dirty = True
+        self._write_documents(st)
+        if self._fsync and not st.records.dirty:
+            try:
+                files.fsync_tree(st.directory)
+            except OSError as exc:
+                self.log_error(f"cannot finish {st.directory}: {exc}", st.directory)
+        if isinstance(st.step, int) and st.step not in self.steps_written:
+            self.steps_written.append(st.step)
+
     def _dir_failed(self, directory: str, exc: OSError) -> None:
         if directory in self._failed_dirs or self.stopped:
             return
@@ -555,6 +670,11 @@ class DumpWriter:
         else:  # e.g. the directory was removed: the next step starts afresh
             self.log_error(f"cannot write dump files in {directory}: {exc}; this step's files are lost", directory)
         self._failed_dirs.add(directory)
+
+
+def _rank_of(directory: str) -> Optional[int]:
+    proc = paths.parse_process(os.path.basename(directory))
+    return proc.rank if proc is not None else None
 
 
 _FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}

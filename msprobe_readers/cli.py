@@ -20,7 +20,7 @@ import re
 import sys
 from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
-from msprobe_readers import __version__, text
+from msprobe_readers import __version__, flight, text
 from msprobe_readers import diff as dif
 from msprobe_readers import ranks as rk
 from msprobe_readers import summary as sm
@@ -145,15 +145,20 @@ def cmd_summary(args: argparse.Namespace) -> int:
     finally:
         done()
     first = sm.global_first_nan(summaries)
+    fl = flight.read(args.dump)
     whole = shards.overview(collector.globals()) if collector is not None else None
     if args.json:
         out = {"dump_path": args.dump, "ranks": summary_json(summaries),
                "first_nan": dataclasses.asdict(first) if first else None}
         if whole is not None:
             out["sharded"] = whole
+        if fl is not None:
+            out["flight_recorder"] = fl
         json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:
+        for line in flight.describe(fl):
+            print(line)
         print(text.format_detail(summaries, args.dump, args.frames))
         if whole is not None:
             print(text.format_sharded(whole))
@@ -367,6 +372,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     for path in [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]:
         problem = _need_dump(path)
+        if problem and args.command == "summary" and os.path.isdir(path) and flight.read(path) is not None:
+            problem = None  # a flight recorder that never triggered: the summary says so
         if problem:
             print(f"msprobe-dump {args.command}: {problem}", file=sys.stderr)
             sys.exit(2)
@@ -385,6 +392,8 @@ def print_summary(dump_path: str, file: Optional[IO[str]] = None,
     (of the rank directories ``select`` accepts, when given)."""
     out = sys.stdout if file is None else file
     summaries = sm.summarize(dump_path, select=select)
+    for line in flight.describe(flight.read(dump_path)):
+        print(line, file=out)
     if summaries:
         print(text.format_table(summaries, dump_path), file=out)
         hit = sm.global_first_nan(summaries)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple
 
 from msprobe_inject.dumpformat import names
-from msprobe_readers import __version__
+from msprobe_readers import __version__, flight
 from msprobe_readers import stats as st
 from msprobe_readers.ranks import DEFAULT_ATOL, DEFAULT_RTOL, RankChecker, RanksResult
 from msprobe_readers.reading import ProcDir, ProgressFn
@@ -29,7 +29,7 @@ _VIRIDIS = [(68, 1, 84), (72, 40, 120), (62, 74, 137), (49, 104, 142), (38, 130,
             (53, 183, 121), (109, 205, 89), (180, 222, 44), (253, 231, 37)]
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
             "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
-_RED, _ORANGE = "#d62728", "#ff7f0e"
+_RED, _ORANGE, _PURPLE = "#d62728", "#ff7f0e", "#9467bd"
 _MAX_BOXES = 16  # findings boxes per kind; the table has every rank
 
 
@@ -342,7 +342,8 @@ def _sharded_html(o: Dict[str, Any]) -> str:
 
 def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, series: SeriesCollector,
            grads: GradCollector, stats: Sequence[str] = ("Norm",), heatmap_steps: Optional[Sequence[int]] = None,
-           title: Optional[str] = None, sharded: Optional[Dict[str, Any]] = None) -> str:
+           title: Optional[str] = None, sharded: Optional[Dict[str, Any]] = None,
+           flight_info: Optional[Dict[str, Any]] = None) -> str:
     title = title or f"msprobe dump report: {os.path.basename(os.path.abspath(dump_path))}"
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
              f"<style>{_CSS}</style></head><body>",
@@ -352,6 +353,8 @@ def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, ser
 
     # findings
     parts.append("<section id='findings'><h2>Findings</h2>")
+    for line in flight.describe(flight_info):
+        parts.append(f"<div class='box warn flight'>{_e(line)}</div>")
     first_nan = global_first_nan(summaries)
     nan_steps: List[int] = []
     if first_nan is not None:
@@ -433,11 +436,16 @@ def render(dump_path: str, summaries: List[RankSummary], ranks: RanksResult, ser
         marks = [(first_nan.step, _RED, "first NaN/Inf")] if first_nan else []
         if dep is not None:
             marks.append((dep.step, _ORANGE, f"rank {dep.label} departs"))
+        for t in (flight_info or {}).get("triggers", []):
+            if isinstance(t.get("step"), int):
+                marks.append((t["step"], _PURPLE, f"flight recorder trigger: {t.get('kind')} on rank {t.get('rank')}"
+                                                  f" ({t.get('record') or ''})"))
         labels = [s.label for s in summaries]
         colors = {label: _PALETTE[i % len(_PALETTE)] for i, label in enumerate(labels)}
         chosen_stats = [s for s in stats if s in st.STATS] or ["Norm"]
         parts.append("<p>One line per rank; red crosses on the top edge are NaN/Inf values; dashed lines mark the "
-                     "first NaN/Inf (red) and the first cross-rank departure (orange).</p><div class='grid'>")
+                     "first NaN/Inf (red), the first cross-rank departure (orange) and a flight-recorder trigger "
+                     "(purple).</p><div class='grid'>")
         for (record, leaf), per_rank in data.items():
             for stat in chosen_stats:
                 j = st.STATS.index(stat)
@@ -494,7 +502,8 @@ def build_report(dump_path: str, out_path: str, records: Sequence[str] = (), sta
     summaries = summarize(dump_path, on_record=on_record, progress=progress)
     ranks = checker.finish()
     sharded = shards.overview(collector.globals()) if collector is not None else None
-    page = render(dump_path, summaries, ranks, series, grads, stats, heatmap_steps, title, sharded)
+    page = render(dump_path, summaries, ranks, series, grads, stats, heatmap_steps, title, sharded,
+                  flight.read(dump_path))
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(page)
     return {"summaries": summaries, "ranks": ranks, "first_nan": global_first_nan(summaries),

@@ -94,6 +94,12 @@ def build(entries: List[Dict[str, Any]], created: Optional[str] = None,
         procs.append(entry)
     starts = sorted(str(e["start_time"]) for e in entries if e.get("start_time"))
     nodes = {(p.get("host") or "", p.get("node_rank")) for p in procs}
+    flights = [e["flight_recorder"] for e in entries if isinstance(e.get("flight_recorder"), dict)]
+    extra: Dict[str, Any] = {}
+    if flights:  # the job's view; each process entry keeps its own (ring peak, its own trigger)
+        triggers = [f["trigger"] for f in flights if isinstance(f.get("trigger"), dict)]
+        extra["flight_recorder"] = {"steps": flights[0].get("steps"), "after": flights[0].get("after"),
+                                    "triggered": bool(triggers), "trigger": triggers[0] if triggers else None}
     return {
         "format": FORMAT, "tool": TOOL,
         "created": created or (starts[0] if starts else None), "updated": updated,
@@ -104,6 +110,7 @@ def build(entries: List[Dict[str, Any]], created: Optional[str] = None,
         "run_ids": sorted({p["run_id"] for p in procs if p.get("run_id")}),
         "nodes": [{"host": h, "node_rank": n}
                   for h, n in sorted(nodes, key=lambda hn: (hn[1] is None, hn[1] or 0, hn[0]))],
+        **extra,
         "processes": procs,
     }
 

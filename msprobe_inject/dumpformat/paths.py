@@ -4,7 +4,8 @@
 ``dump.json`` (``debug.json`` at level debug), ``stack.json``, ``construct.json``, ``dump.journal``,
 ``dump_error_info.log`` and ``dump_tensor_data/``. The dump path also holds the job's coordination
 files: ``.msprobe/procs/`` (one entry per process, written only by that process), ``.msprobe/claims/``
-(one claim and one lock file per rank and attempt), ``.msprobe/runs/`` (one empty marker per run id) and
+(one claim and one lock file per rank and attempt), ``.msprobe/runs/`` (one empty marker per run id),
+``.msprobe/flight/`` (the flight recorder's trigger, one file per attempt) and
 ``msprobe_manifest.json`` (the combined view the launcher writes after the job).
 """
 
@@ -27,6 +28,7 @@ PROCS_DIR = "procs"  # under META_DIR
 CLAIMS_DIR = "claims"  # under META_DIR
 RUNS_DIR = "runs"  # under META_DIR
 INDEX_DIR = "index"  # under META_DIR: the readers' Parquet dataset (msprobe_readers.index)
+FLIGHT_DIR = "flight"  # under META_DIR: the flight recorder's trigger marker, one per attempt
 ENTRY_SUFFIX = ".json"
 RECORD_FILES = (DUMP_JSON, DEBUG_JSON)  # the files that hold records
 JSON_FILES = (DUMP_JSON, STACK_JSON, CONSTRUCT_JSON)
@@ -73,6 +75,11 @@ def index_file(dump_path: str, version: int, attempt: int, step: int, rank: Opti
     """One Parquet file of the readers' index: hive partitions attempt/step/rank (-1 for proc{pid})."""
     return os.path.join(dump_path, META_DIR, INDEX_DIR, f"v{version}", f"attempt={attempt}", f"step={step}",
                         f"rank={rank if rank is not None else -1}", f"{process}-{tag}.parquet")
+
+
+def flight_marker(dump_path: str, attempt: int) -> str:
+    """The job's flight-recorder trigger: created once, by the first rank that triggers; every rank looks for it."""
+    return os.path.join(dump_path, META_DIR, FLIGHT_DIR, f"attempt{attempt}_trigger.json")
 
 
 def claim_name(attempt: int, key: str) -> str:

@@ -38,7 +38,7 @@ class CellHooks:
         hs = self._handles
         hs.append(cell.register_forward_pre_hook(self._pre, with_kwargs=True))
         hs.append(cell.register_forward_hook(self._post, with_kwargs=True, always_call=True))
-        if self.rec.bwd:
+        if self.rec.module_bwd:
             hs.append(cell.register_backward_pre_hook(self._bw_pre))
             hs.append(cell.register_backward_hook(self._bw))
 
@@ -75,7 +75,7 @@ class CellHooks:
         if frame is None:
             return None
         rec.module_exit(frame, None, output, lambda: _own_params(cell))
-        if rec.bwd and requires_grad():
+        if rec.pgrads and requires_grad():
             try:
                 self._param_grad_hooks(cell, frame.prefix)
                 self.bw_keys.setdefault(cell, []).append(frame.bkey)

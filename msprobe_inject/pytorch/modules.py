@@ -219,7 +219,7 @@ class ModuleHooks:
                     rec.top_level_call(module)
                 if rec.token_range is not None and id(module) in rec.hooked_models:
                     rec.token_tick()
-                if rec.bwd and rec.session.running and _compiled(module):
+                if rec.pgrads and rec.session.running and _compiled(module):
                     self._compiled_param_hooks(module)
             except Exception as exc:
                 rec.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
@@ -229,7 +229,7 @@ class ModuleHooks:
             return None
         frame = rec.module_enter(prefix, args, None)
         frames.append(frame)  # pushed whatever happens next: the forward hook pops one frame per call
-        if frame is None or not rec.bwd or not torch.is_grad_enabled():
+        if frame is None or not rec.module_bwd or not torch.is_grad_enabled():
             return None
         tls.busy = True  # not quiet: the hooked tensors go back to the user, subclasses intact
         try:
@@ -281,7 +281,7 @@ class ModuleHooks:
             rec.module_abandon(frame)
             return None
         rec.module_exit(frame, kwargs, output, lambda: dict(module.named_parameters(recurse=False)))
-        if rec.bwd:
+        if rec.pgrads:
             self._param_grad_hooks(module, frame.prefix)
             if _compiled(module):
                 self._compiled_param_hooks(module)

@@ -54,7 +54,7 @@ def test_rows_are_consistent():
     assert len(set(names)) == len(names) and len(set(flags)) == len(flags)
     fields = set(config.DumpConfig.__dataclass_fields__)
     for opt in envvars.OPTIONS:
-        assert opt.var.startswith("MSPROBE_") and opt.kind in ("str", "path", "list", "bool"), opt
+        assert opt.var.startswith("MSPROBE_") and opt.kind in ("str", "path", "list", "bool", "int", "float"), opt
         assert opt.key is None or (opt.key in fields and opt.key == opt.name), opt
         assert all(f.startswith("--") for f in opt.flags) and opt.help.endswith("."), opt
         for choice in opt.choices:
@@ -89,6 +89,12 @@ SAMPLES = {
     "fsync": (["--fsync"], True),
     "keep_journal": (["--keep-journal"], True),
     "step_on": (["--step-on", "manual"], "manual"),
+    "flight_recorder": (["--flight-recorder", "4"], 4),
+    "flight_after": (["--flight-after", "0"], 0),
+    "flight_bytes": (["--flight-bytes", "64M"], 64 << 20),
+    "spike_factor": (["--spike-factor", "2.5"], 2.5),
+    "spike_records": (["--spike-records", "loss$"], "loss$"),
+    "preset": (["--preset", "monitor"], "monitor"),
     "run_id": (["--run-id", "job-9"], "job-9"),
 }
 
@@ -144,7 +150,9 @@ def test_a_boolean_row_has_an_off_flag_that_reaches_the_config(tmp_path, monkeyp
 def test_to_env_and_overrides_from_env_are_inverse():
     values = {"dump_path": "d", "task": "tensor", "level": "mix", "step": [0, "2-3"], "rank": [1],
               "scope": ["a", "b"], "list": ["relu"], "data_mode": ["forward"], "summary_mode": "md5",
-              "async_dump": False, "step_on": "forward", "fsync": True, "keep_journal": False}
+              "async_dump": False, "step_on": "forward", "fsync": True, "keep_journal": False,
+              "flight_recorder": 3, "flight_after": 2, "flight_bytes": "1G", "spike_factor": 0.5,
+              "spike_records": "a|b", "preset": "monitor"}
     assert set(values) == {o.key for o in envvars.OPTIONS if o.key}
     env = envvars.to_env(values)
     assert set(env) == {o.var for o in envvars.OPTIONS if o.key}

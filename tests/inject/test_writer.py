@@ -6,7 +6,7 @@ import glob
 import json
 import os
 
-from util import PREAMBLE, load_dump, rank_dir, run_config, run_py, write_config
+from util import PREAMBLE, clean_env, load_dump, rank_dir, run_config, run_py, write_config
 
 
 def test_overflow_check_keeps_only_nonfinite_records(tmp_path):
@@ -175,3 +175,33 @@ os.kill(os.getpid(), signal.SIGKILL)
     for step in (0, 1):
         d = load_dump(str(tmp_path / "d"), step)
         assert "incomplete" not in d and "Functional.linear.0.backward" in d["data"]
+
+
+def test_sigterm_inside_the_writers_hand_off_does_not_deadlock(tmp_path):
+    # the signal handler runs on the training thread between two bytecodes, here while that thread holds the
+    # writer's hand-off lock (as inside send()): its flush must not wait for the lock its own thread holds
+    code = PREAMBLE + """
+import signal
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the disposition this test relies on, not an inherited one
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+m = Net()
+for step in range(4):
+    debugger.start()
+    m(torch.randn(2, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+debugger.start()
+m(torch.randn(2, 4)).sum().backward()
+with debugger.runtime.writer._blk:
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("in the lock")
+print("NOT-REACHED")
+"""
+    env = clean_env(MSPROBE_FLIGHT_RECORDER="2")
+    proc = run_py(code, str(tmp_path), env=env, check=False, timeout=60)
+    assert proc.returncode == -15 and "NOT-REACHED" not in proc.stdout, proc.stderr[-2000:]
+    with open(glob.glob(str(tmp_path / "d" / ".msprobe" / "flight" / "*.json"))[0], encoding="utf-8") as fh:
+        trig = json.load(fh)
+    assert (trig["kind"], trig["step"]) == ("sigterm", 4)
+    steps = sorted(int(p[4:]) for p in os.listdir(tmp_path / "d") if p.startswith("step"))
+    assert steps == [2, 3, 4]

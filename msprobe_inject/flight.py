@@ -1,0 +1,198 @@
+"""The flight recorder: every step is recorded, the last K are kept in memory, and nothing is written
+until a trigger fires.
+
+This module is the writer thread's policy for that mode; it never runs on the training thread.
+
+* The ring holds finished steps (their encoded records, exactly what would have been written), at most
+  ``steps + SLACK`` of them and at most ``max_bytes`` of encoded records: the oldest step leaves first.
+* Triggers: a non-finite statistic (found in the encoded text of a record, so the tensors are not read
+  again), a spike (a record matching ``spike_records`` whose norm exceeds ``spike_factor`` times its median
+  over the ring), and the reasons the recorder passes in (an exception, SIGTERM, ``debugger.trigger()``).
+* The first trigger of the job creates one marker file (``dumpformat.paths.flight_marker``), atomically and
+  only if none exists. Every rank looks for it once per finished step (one ``stat``), so all ranks write the
+  same window: steps ``T-K .. T+M`` around the trigger step ``T``. No collective, no lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from .dumpformat import files
+
+SLACK = 2  # steps beyond K a rank keeps: it may be this far ahead of the rank that triggered
+_MIN_HISTORY = 3  # a spike needs this many earlier values of its record
+NONFINITE = "nonfinite"
+SPIKE = "spike"
+EXCEPTION = "exception"
+SIGTERM = "sigterm"
+EXPLICIT = "explicit"
+_SUSPECT = ("NaN", "Infinity")  # what the encoder writes for non-finite floats
+
+
+def _norm_of(value: Any) -> Optional[float]:
+    """The largest finite-or-not Norm below value (a record's output, or a whole parameter-gradient body)."""
+    best: Optional[float] = None
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            n = v.get("Norm")
+            if isinstance(n, (int, float)) and not isinstance(n, bool) and (best is None or not n <= best):
+                best = float(n)
+            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend(v)
+    return best
+
+
+class Flight:
+    """The ring, the triggers and the window of one process (writer thread only)."""
+
+    def __init__(self, steps: int, after: int, max_bytes: int, spike_factor: float, spike_records: str,
+                 has_nonfinite: Callable[[Any], bool]):
+        self.steps = steps
+        self.after = after
+        self.max_bytes = max_bytes
+        self.spike_factor = spike_factor
+        self.spike_re = re.compile(spike_records) if spike_records and spike_factor > 0 else None
+        self._has_nonfinite = has_nonfinite
+        self.ring: Deque[Tuple[Any, int]] = collections.deque()  # (open step object, its bytes)
+        self.ring_bytes = 0
+        self.peak_bytes = 0
+        self.dropped_for_bytes = 0
+        self.marker: Optional[str] = None  # set once the dump root is known
+        self.rank: Optional[int] = None
+        self.trigger: Optional[Dict[str, Any]] = None  # the job's trigger, once known (ours or another rank's)
+        self.own: Optional[Dict[str, Any]] = None  # this rank's first trigger, when it fired one
+        self.window: Optional[Tuple[int, int]] = None
+        self.over = False  # the window has been written: recording stops
+        self._spike_match: Dict[str, bool] = {}
+        self._history: Dict[str, Deque[float]] = {}
+        self._step_norms: Dict[str, float] = {}
+
+    # ---- per record ----
+    def observe(self, step: Optional[int], key: str, body: Any, encoded: str) -> None:
+        """A record (or members of one) of the open step: look for a trigger."""
+        if self.own is not None:
+            return
+        if any(s in encoded for s in _SUSPECT) and self._has_nonfinite(body):
+            self.fire(NONFINITE, step, key)
+            return
+        if self.spike_re is None:
+            return
+        match = self._spike_match.get(key)
+        if match is None:
+            if len(self._spike_match) > 100_000:
+                self._spike_match.clear()
+            match = self._spike_match[key] = self.spike_re.search(key) is not None
+        if not match:
+            return
+        norm = _norm_of(body.get("output", body) if isinstance(body, dict) else body)
+        if norm is None:
+            return
+        prev = self._step_norms.get(key)
+        self._step_norms[key] = norm if prev is None else max(prev, norm)
+        hist = self._history.get(key)
+        if hist is not None and len(hist) >= min(_MIN_HISTORY, self.steps):
+            median = sorted(hist)[len(hist) // 2]
+            if median > 0 and norm > self.spike_factor * median:
+                self.fire(SPIKE, step, key, value=norm, median=median)
+
+    def step_finished(self) -> None:
+        """The norms of the step just finished join the history the next steps are compared with."""
+        for key, norm in self._step_norms.items():
+            hist = self._history.get(key)
+            if hist is None:
+                hist = self._history[key] = collections.deque(maxlen=max(self.steps, _MIN_HISTORY))
+            hist.append(norm)
+        self._step_norms.clear()
+
+    # ---- triggers and the job's marker ----
+    def fire(self, kind: str, step: Optional[int], record: Optional[str] = None, **detail: Any) -> None:
+        """This rank triggers (first trigger only); the job's marker names the first rank that did."""
+        if self.own is not None or self.over:
+            return
+        own = {"kind": kind, "rank": self.rank, "step": step, "record": record, "pid": os.getpid(),
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        own.update({k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in detail.items()})
+        self.own = own
+        if self.trigger is None:
+            self.trigger = self._publish(own)
+        self._set_window()
+
+    def _publish(self, own: Dict[str, Any]) -> Dict[str, Any]:
+        """Create the job's marker unless one exists; the marker that stands is the job's trigger."""
+        if self.marker is None:
+            return own
+        try:
+            files.makedirs(os.path.dirname(self.marker))
+            tmp = f"{self.marker}.{os.getpid()}.{threading.get_ident()}.tmp"
+            files.write_atomic(tmp, (json.dumps(own, indent=1) + "\n").encode())
+            try:
+                os.link(tmp, self.marker)  # atomic and exclusive: one rank's trigger is the job's
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        except OSError:
+            return own
+        return self.read_marker() or own
+
+    def read_marker(self) -> Optional[Dict[str, Any]]:
+        if self.marker is None:
+            return None
+        try:
+            with open(self.marker, encoding="utf-8") as fh:
+                value = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) and isinstance(value.get("step"), int) else None
+
+    def poll(self) -> None:
+        """Once per finished step: has another rank triggered? (One stat while nobody has.)"""
+        if self.trigger is not None or self.marker is None or not os.path.exists(self.marker):
+            return
+        self.trigger = self.read_marker()
+        self._set_window()
+
+    def _set_window(self) -> None:
+        if self.window is None and self.trigger is not None and isinstance(self.trigger.get("step"), int):
+            t = self.trigger["step"]
+            self.window = (max(0, t - self.steps), t + self.after)
+
+    # ---- the ring ----
+    def in_window(self, step: Optional[int]) -> bool:
+        w = self.window
+        return w is not None and isinstance(step, int) and w[0] <= step <= w[1]
+
+    def keep(self, st: Any, nbytes: int) -> None:
+        """A finished step outside any window joins the ring; the oldest leave beyond K + SLACK or the bytes."""
+        self.ring.append((st, nbytes))
+        self.ring_bytes += nbytes
+        while len(self.ring) > self.steps + SLACK or (self.ring_bytes > self.max_bytes and len(self.ring) > 1):
+            if len(self.ring) <= self.steps + SLACK:
+                self.dropped_for_bytes += 1
+            _, n = self.ring.popleft()
+            self.ring_bytes -= n
+        self.peak_bytes = max(self.peak_bytes, self.ring_bytes)
+
+    def take_window(self) -> List[Any]:
+        """The ring's steps inside the window, oldest first; the ring is emptied."""
+        out = [st for st, _ in self.ring if self.in_window(st.records.header.get("_step"))]
+        self.ring.clear()
+        self.ring_bytes = 0
+        return out
+
+    def summary(self) -> Dict[str, Any]:
+        """What the process's manifest entry says about the flight recorder."""
+        return {"steps": self.steps, "after": self.after, "max_bytes": self.max_bytes,
+                "peak_bytes": self.peak_bytes, "dropped_for_bytes": self.dropped_for_bytes,
+                "triggered": self.trigger is not None, "trigger": self.trigger, "own_trigger": self.own,
+                "window": list(self.window) if self.window else None}

@@ -1,0 +1,112 @@
+"""The flight recorder's ring, triggers and job marker (msprobe_inject.flight), without a framework."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from msprobe_inject.dumpformat.encoding import encode
+from msprobe_inject.dumpformat.nonfinite import has_nonfinite
+from msprobe_inject.flight import Flight
+
+
+class _Step:
+    def __init__(self, step: int):
+        self.records = type("R", (), {"header": {"_step": step}})()
+
+
+def _flight(steps: int = 3, after: int = 1, max_bytes: int = 1 << 20, factor: float = 10.0) -> Flight:
+    return Flight(steps, after, max_bytes, factor, "loss|parameters_grad", has_nonfinite)
+
+
+def _out(norm: float) -> dict:
+    return {"output": [{"type": "torch.Tensor", "Max": norm, "Min": 0.0, "Mean": 0.0, "Norm": norm}]}
+
+
+def test_the_ring_keeps_k_plus_slack_steps_and_respects_its_byte_bound():
+    fl = _flight(steps=3)
+    for s in range(20):
+        fl.keep(_Step(s), 100)
+    assert [st.records.header["_step"] for st, _ in fl.ring] == [15, 16, 17, 18, 19]  # K + 2
+    assert fl.ring_bytes == 500 and fl.peak_bytes == 500
+    small = _flight(steps=10, max_bytes=250)
+    for s in range(6):
+        small.keep(_Step(s), 100)
+    assert [st.records.header["_step"] for st, _ in small.ring] == [4, 5] and small.ring_bytes <= 250
+    assert small.dropped_for_bytes == 4
+    one = _flight(steps=10, max_bytes=50)  # a step bigger than the bound is still kept, alone
+    one.keep(_Step(0), 100)
+    one.keep(_Step(1), 100)
+    assert [st.records.header["_step"] for st, _ in one.ring] == [1]
+
+
+def test_a_nonfinite_statistic_triggers_and_sets_the_window():
+    fl = _flight(steps=3, after=2)
+    body = _out(1.0)
+    fl.observe(7, "Functional.relu.0.forward", body, encode(body))
+    assert fl.trigger is None
+    bad = _out(float("nan"))
+    fl.observe(7, "Functional.relu.1.forward", bad, encode(bad))
+    assert fl.own["kind"] == "nonfinite" and fl.own["record"] == "Functional.relu.1.forward"
+    assert fl.window == (4, 9)
+    assert [fl.in_window(s) for s in (3, 4, 9, 10)] == [False, True, True, False]
+
+
+def test_a_string_that_only_looks_nonfinite_does_not_trigger():
+    fl = _flight()
+    body = {"output": [{"type": "str", "value": "NaN guard"}]}
+    fl.observe(0, "Functional.x.0.forward", body, encode(body))
+    assert fl.trigger is None
+
+
+def test_a_spike_is_a_norm_above_factor_times_its_median_over_earlier_steps():
+    fl = _flight(steps=4, factor=10.0)
+    key = "Functional.mse_loss.0.forward"
+    for step, norm in enumerate([1.0, 1.2, 0.9]):
+        fl.observe(step, key, _out(norm), "{}")
+        fl.observe(step, "Functional.linear.0.forward", _out(1e9), "{}")  # not watched
+        fl.step_finished()
+    fl.observe(3, key, _out(9.0), "{}")  # below 10 x median (1.0)
+    fl.step_finished()
+    assert fl.trigger is None
+    fl.observe(4, key, _out(50.0), "{}")
+    assert fl.own["kind"] == "spike" and fl.own["step"] == 4 and fl.own["record"] == key
+    assert fl.own["value"] == 50.0 and fl.own["median"] in (1.0, 1.2)
+
+
+def test_no_spike_before_enough_history():
+    fl = _flight(steps=4)
+    fl.observe(0, "Functional.mse_loss.0.forward", _out(1.0), "{}")
+    fl.step_finished()
+    fl.observe(1, "Functional.mse_loss.0.forward", _out(1e6), "{}")
+    assert fl.trigger is None
+
+
+def test_the_first_rank_to_trigger_owns_the_job_marker_and_the_others_follow_it(tmp_path):
+    marker = str(tmp_path / ".msprobe" / "flight" / "attempt0_trigger.json")
+    flights = []
+    for rank in range(8):
+        fl = _flight()
+        fl.marker, fl.rank = marker, rank
+        flights.append(fl)
+    barrier = threading.Barrier(8)
+
+    def fire(fl: Flight) -> None:
+        barrier.wait()
+        fl.fire("explicit", 10 + fl.rank, "why")
+
+    threads = [threading.Thread(target=fire, args=(fl,)) for fl in flights]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with open(marker, encoding="utf-8") as fh:
+        job = json.load(fh)
+    assert all(fl.trigger == job for fl in flights)  # one trigger for the job, whoever came first
+    assert all(fl.window == (job["step"] - 3, job["step"] + 1) for fl in flights)
+    assert os.listdir(os.path.dirname(marker)) == ["attempt0_trigger.json"]  # no temporary left
+    late = _flight()
+    late.marker = marker
+    late.poll()
+    assert late.trigger == job and late.own is None
