@@ -422,13 +422,15 @@ def mark_run(dump_path: str, rid: Optional[str] = None) -> None:
         pass
 
 
-def manifest_register(dump_path: str, *, rank: Optional[int], root: str, config: Dict[str, Any]) -> None:
+def manifest_register(dump_path: str, *, rank: Optional[int], root: str, config: Dict[str, Any],
+                      extra: Optional[Dict[str, Any]] = None) -> None:
     """Write this process's manifest entry (call once, when dumping starts). Touches only its own files."""
     key = (os.path.abspath(dump_path), os.getpid())
     try:
         entry = _new_entry(rank, _rel(dump_path, root))
         entry["config"] = config
         entry["versions"] = versions()
+        entry.update(extra or {})
         path = _entry_path(dump_path, entry)
         write_json_atomic(path, entry, durable=False)
         _entries[key] = (path, entry)
@@ -455,6 +457,11 @@ def manifest_finish(dump_path: str, *, rank: Optional[int], root: str, steps: Li
     except Exception as exc:
         _warn(f"cannot write the manifest entry in {dump_path} ({exc})")
     release_claims(dump_path)
+
+
+def rewrite_entry(dump_path: str, entry: Dict[str, Any]) -> None:
+    """Replace the entry of a process of this host that has ended (the launcher, after the job)."""
+    write_json_atomic(_entry_path(dump_path, entry), entry)
 
 
 def release_claims(dump_path: str) -> None:

@@ -20,11 +20,13 @@ import json
 import math
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from .dumpformat import files
+from .dumpformat import files, paths
 
 SLACK = 2  # steps beyond K a rank keeps: it may be this far ahead of the rank that triggered
 _MIN_HISTORY = 3  # a spike needs this many earlier values of its record
@@ -34,6 +36,14 @@ EXCEPTION = "exception"
 SIGTERM = "sigterm"
 EXPLICIT = "explicit"
 _SUSPECT = ("NaN", "Infinity")  # what the encoder writes for non-finite floats
+
+
+def spill_dir(run_id: str) -> str:
+    """This process's node-local directory for the ring's step journals: in memory (/dev/shm) where there is one,
+    so that nothing reaches a shared file system, and private to the user."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id or "run")[:80]
+    return os.path.join(base, f"msprobe-flight-{os.getuid()}", f"{safe}-{os.getpid()}")
 
 
 def _norm_of(value: Any) -> Optional[float]:
@@ -68,6 +78,7 @@ class Flight:
         self.peak_bytes = 0
         self.dropped_for_bytes = 0
         self.marker: Optional[str] = None  # set once the dump root is known
+        self.spill: Optional[str] = None  # node-local directory of the held steps' journals (see spill_dir)
         self.rank: Optional[int] = None
         self.trigger: Optional[Dict[str, Any]] = None  # the job's trigger, once known (ours or another rank's)
         self.own: Optional[Dict[str, Any]] = None  # this rank's first trigger, when it fired one
@@ -172,23 +183,28 @@ class Flight:
         w = self.window
         return w is not None and isinstance(step, int) and w[0] <= step <= w[1]
 
-    def keep(self, st: Any, nbytes: int) -> None:
-        """A finished step outside any window joins the ring; the oldest leave beyond K + SLACK or the bytes."""
+    def keep(self, st: Any, nbytes: int) -> List[Any]:
+        """A finished step outside any window joins the ring; the oldest leave beyond K + SLACK or the bytes
+        (returned)."""
+        gone = []
         self.ring.append((st, nbytes))
         self.ring_bytes += nbytes
         while len(self.ring) > self.steps + SLACK or (self.ring_bytes > self.max_bytes and len(self.ring) > 1):
             if len(self.ring) <= self.steps + SLACK:
                 self.dropped_for_bytes += 1
-            _, n = self.ring.popleft()
+            old, n = self.ring.popleft()
+            gone.append(old)
             self.ring_bytes -= n
         self.peak_bytes = max(self.peak_bytes, self.ring_bytes)
+        return gone
 
-    def take_window(self) -> List[Any]:
-        """The ring's steps inside the window, oldest first; the ring is emptied."""
-        out = [st for st, _ in self.ring if self.in_window(st.records.header.get("_step"))]
+    def take_window(self) -> Tuple[List[Any], List[Any]]:
+        """The ring's steps inside the window and outside it, oldest first; the ring is emptied."""
+        inside = [st for st, _ in self.ring if self.in_window(st.records.header.get("_step"))]
+        outside = [st for st, _ in self.ring if not self.in_window(st.records.header.get("_step"))]
         self.ring.clear()
         self.ring_bytes = 0
-        return out
+        return inside, outside
 
     def summary(self) -> Dict[str, Any]:
         """What the process's manifest entry says about the flight recorder."""
@@ -196,3 +212,58 @@ class Flight:
                 "peak_bytes": self.peak_bytes, "dropped_for_bytes": self.dropped_for_bytes,
                 "triggered": self.trigger is not None, "trigger": self.trigger, "own_trigger": self.own,
                 "window": list(self.window) if self.window else None}
+
+
+KILLED = "killed"
+
+
+def recover_spill(dump_path: str, entry: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The launcher, after the job, for a process of its node that died without exiting (kill -9, the OOM
+    killer): the death is a trigger (unless the job already has one), and the process's spilled steps inside the
+    job's window are written as ordinary step directories (the step it died in marked incomplete). The spill
+    directory is removed. None when the process left no spill."""
+    from .dumpformat import journal
+
+    spill = entry.get("flight_spill")
+    if not isinstance(spill, str) or not os.path.isdir(spill):
+        return None
+    steps: Dict[int, str] = {}
+    for name in os.listdir(spill):
+        if name.endswith(paths.JOURNAL_SUFFIX):
+            step = paths.parse_step(name[:-len(paths.JOURNAL_SUFFIX)])
+            if step is not None:
+                steps[step] = os.path.join(spill, name)
+    cfg = entry.get("config") or {}
+    fl = Flight(int(cfg.get("flight_recorder") or 1), int(cfg.get("flight_after") or 0), 1, 0.0, "",
+                lambda body: False)
+    fl.marker = paths.flight_marker(dump_path, int(entry.get("attempt") or 0))
+    fl.rank = entry.get("rank")
+    written: List[int] = []
+    try:
+        if steps:
+            fl.poll()
+            if fl.trigger is None:
+                fl.fire(KILLED, max(steps), "the process died without exiting (SIGKILL, e.g. the OOM killer)")
+            else:
+                fl.own = {"kind": KILLED, "rank": fl.rank, "step": max(steps), "record": None,
+                          "pid": entry.get("pid")}
+        root = os.path.join(dump_path, entry.get("root") or ".")
+        for step in sorted(steps):
+            if not fl.in_window(step):
+                continue
+            d = paths.rank_dir(root, step, entry.get("rank"), int(entry.get("pid") or 0))
+            if os.path.exists(os.path.join(d, paths.DUMP_JSON)):
+                continue
+            files.makedirs(d, dump_path)
+            target = os.path.join(d, paths.JOURNAL)
+            with open(steps[step], "rb") as src:
+                files.write_atomic(target, src.read())
+            journal.recover(d)
+            os.unlink(target)
+            written.append(step)
+    finally:
+
+        shutil.rmtree(spill, ignore_errors=True)
+    out = fl.summary()
+    out["recovered_steps"] = written
+    return out

@@ -120,10 +120,8 @@ class Session:
         return not self.cfg.rank or rank is None or rank in self.cfg.rank
 
     def next_step(self) -> None:
-        if self.writer.flight is None:
-            self.writer.flush(finish=True)  # the step is complete on disk once step() returns
-        else:
-            self.writer.end_step()  # nothing to write: the training thread does not wait
+        # the step is complete on disk once step() returns (flight recorder: in its node-local spill)
+        self.writer.flush(finish=True)
         self.api_counts.clear()
         self.module_counts.clear()
         self.pgrad_counts.clear()
@@ -177,10 +175,15 @@ class Session:
                 from . import coord  # optional: shared-file-system coordination
 
                 root = coord.resolve_process_root(self.cfg.dump_path, self.rank)
-                if self.writer.flight is not None:
-                    self.writer.flight.marker = paths.flight_marker(self.cfg.dump_path, coord.current_attempt())
+                extra = {}
+                fl = self.writer.flight
+                if fl is not None:
+                    from .flight import spill_dir
+
+                    fl.marker = paths.flight_marker(self.cfg.dump_path, coord.current_attempt())
+                    fl.spill = extra["flight_spill"] = spill_dir(coord.run_id())
                 coord.manifest_register(self.cfg.dump_path, rank=self.rank, root=root,
-                                        config=self.cfg.to_dict())
+                                        config=self.cfg.to_dict(), extra=extra)
             except ImportError:
                 pass
             except Exception as exc:

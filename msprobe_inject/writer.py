@@ -160,7 +160,7 @@ def format_stack(frames: tuple) -> List[str]:
 class _OpenStep:
     """The step directory being written, its records and its journal."""
 
-    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes")
+    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill")
 
     def __init__(self, directory: str, header: Dict[str, Any], kind: str):
         self.directory = directory
@@ -169,6 +169,7 @@ class _OpenStep:
         self.held: Dict[str, Dict[str, Any]] = {}  # overflow_check: finite records not written (yet)
         self.on_disk = True  # False: a flight-recorder step held in memory only
         self.nbytes = 0  # flight recorder: encoded bytes held
+        self.spill: Optional[str] = None  # flight recorder: the step's journal in the node-local spill directory
 
     @property
     def step(self) -> Optional[int]:
@@ -203,7 +204,6 @@ class DumpWriter:
         self._fsync = fsync
         self._keep_journal = keep_journal
         self.flight = flight  # the flight recorder's ring and triggers, or None: every step is written
-        self._finished: Optional[threading.Event] = None  # flight recorder: the last step end sent
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
         self._stack_text: Dict[tuple, Tuple[tuple, str]] = {}  # frames -> (text, its json)
@@ -261,16 +261,6 @@ class DumpWriter:
         ev = threading.Event()
         self.send(Flush(ev, finish), push=True)
         self.wait(ev, self._thread, timeout)
-
-    def end_step(self) -> None:
-        """Flight recorder: the step ended. Not waited for (nothing is written per step), but the previous
-        step end must have been taken, so the writer is never more than one step behind."""
-        if self._thread is None:
-            return
-        if self._finished is not None:
-            self.wait(self._finished, self._thread)
-        ev = self._finished = threading.Event()
-        self.send(Flush(ev, True), push=True)
 
     def trigger(self, kind: str, record: Optional[str], step: int) -> None:
         """Flight recorder: write the window around ``step`` (the writer thread decides its steps)."""
@@ -403,6 +393,7 @@ class DumpWriter:
             fl.rank = _rank_of(ev.directory)
             if not fl.in_window(st.step):
                 st.on_disk = False  # held in memory until a trigger's window takes it
+                self._open_spill(st, ev)
                 return False
         try:
             files.makedirs(ev.directory, ev.header.get("_root"))
@@ -429,6 +420,8 @@ class DumpWriter:
             self.flight.poll()
             if self.flight.window is not None and self.flight.ring:
                 self._write_window()
+            if self.flight.spill is not None:  # the process ends normally: nothing is left to recover
+                shutil.rmtree(self.flight.spill, ignore_errors=True)
         ev.done.set()
         return True
 
@@ -568,7 +561,12 @@ class DumpWriter:
             try:
                 st.journal.write(b"".join(lines))
             except OSError as exc:
-                self._dir_failed(st.directory, exc)
+                if st.on_disk:
+                    self._dir_failed(st.directory, exc)
+                else:  # the spill (e.g. /dev/shm full): the ring stays in memory, the dump is not affected
+                    self.log_error(f"flight recorder: cannot spill: {exc}; the ring is in memory only")
+                    st.journal = None
+                    self.flight.spill = None
         lines.clear()
 
     def _write_documents(self, st: Optional[_OpenStep] = None) -> None:
@@ -628,10 +626,20 @@ class DumpWriter:
         step = st.step
         held = not st.on_disk
         if held:
+            if st.journal is not None:  # the spilled step is complete: a kill from here on keeps all of it
+                try:
+                    st.journal.write(journal.END_LINE)
+                    st.journal.close()
+                except OSError:
+                    pass
+                st.journal = None
             if fl.in_window(step):
                 self._materialize(st)
             elif fl.window is None:
-                fl.keep(st, st.nbytes)
+                for gone in fl.keep(st, st.nbytes):
+                    _unlink(gone.spill)
+            else:
+                _unlink(st.spill)
         if fl.ring and fl.window is not None:
             self._write_window()
         if fl.window is not None and isinstance(step, int) and step >= fl.window[1]:
@@ -639,12 +647,32 @@ class DumpWriter:
         return held
 
     def _write_window(self) -> None:
-        for held in self.flight.take_window():
+        inside, outside = self.flight.take_window()
+        for held in inside:
             self._materialize(held)
+        for held in outside:
+            _unlink(held.spill)
+
+    def _open_spill(self, st: _OpenStep, ev: Open) -> None:
+        """A held step is journaled to the node-local spill directory, so that the ring outlives a kill -9
+        (the launcher writes the window of a rank that died: flight.recover_spill)."""
+        spill = self.flight.spill
+        if spill is None or self.stopped:
+            return
+        try:
+            files.makedirs(spill)
+            st.spill = os.path.join(spill, f"{paths.step_dir_name(st.step)}{paths.JOURNAL_SUFFIX}")
+            st.journal = files.open_append(st.spill)
+            st.journal.write(journal.open_line(ev.header, ev.kind))
+        except OSError as exc:
+            self.log_error(f"flight recorder: cannot spill to {spill}: {exc}; the ring is in memory only")
+            self.flight.spill = None
+            st.journal = None
 
     def _materialize(self, st: _OpenStep) -> None:
         """Write a step held in memory as an ordinary step directory."""
         st.on_disk = True
+        _unlink(st.spill)
         try:
             files.makedirs(st.directory, st.records.header.get("_root"))
         except OSError as exc:
@@ -670,6 +698,14 @@ class DumpWriter:
         else:  # e.g. the directory was removed: the next step starts afresh
             self.log_error(f"cannot write dump files in {directory}: {exc}; this step's files are lost", directory)
         self._failed_dirs.add(directory)
+
+
+def _unlink(path: Optional[str]) -> None:
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _rank_of(directory: str) -> Optional[int]:

@@ -185,6 +185,27 @@ def recover_node(dump_path: str, entries: List[Dict[str, Any]]) -> None:
                 sys.stderr.write(f"[msprobe-launch] could not recover {d}: {exc}\n")
 
 
+def recover_flight(dump_path: str, entries: List[Dict[str, Any]]) -> None:
+    """Flight recorder: the rings of this node's ranks that died without exiting (kill -9) survive them in
+    node-local spill directories; their window is written now (msprobe_inject.flight.recover_spill)."""
+    from msprobe_inject.coord import rewrite_entry
+    from msprobe_inject.flight import recover_spill
+
+    for i, entry in enumerate(entries):
+        if entry.get("status") != "died":
+            continue
+        res = recover_spill(dump_path, entry)
+        if res is None:
+            continue
+        steps = res.pop("recovered_steps")
+        entry = entries[i] = dict(entry, steps=sorted(set(entry.get("steps") or []) | set(steps)),
+                                  flight_recorder=res)
+        rewrite_entry(dump_path, entry)
+        if steps:
+            sys.stderr.write(f"[msprobe-launch] flight recorder: rank {entry.get('rank')} died without exiting; "
+                             f"its steps {steps[0]}-{steps[-1]} were written from its ring\n")
+
+
 def _own(dump_path: str, entries: List[Dict[str, Any]]) -> Callable[[Any], bool]:
     from msprobe_inject.dumpformat import paths
 
@@ -214,6 +235,10 @@ def finish_job(dump: DumpPlan, engine: str = "command", argv: Optional[List[str]
         recover_node(dump.dump_path, entries)
     except Exception as exc:
         sys.stderr.write(f"[msprobe-launch] could not recover journals: {exc}\n")
+    try:
+        recover_flight(dump.dump_path, entries)
+    except Exception as exc:
+        sys.stderr.write(f"[msprobe-launch] could not recover the flight recorder's rings: {exc}\n")
     lead = is_lead(entries, engine, argv)
     if lead:
         try:

@@ -20,6 +20,7 @@ DEBUG_JSON = "debug.json"
 STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 JOURNAL = "dump.journal"
+JOURNAL_SUFFIX = ".journal"  # the flight recorder's spilled step journals: step{N}.journal
 ERROR_LOG = "dump_error_info.log"
 TENSOR_DIR = "dump_tensor_data"
 MANIFEST = "msprobe_manifest.json"

@@ -183,3 +183,31 @@ def test_sigterm_to_the_launcher_makes_every_rank_write_the_window(tmp_path):
     assert sorted(written) == [0, 1], (written, err[-2000:])
     for rank, steps in written.items():
         assert set(steps) <= window and set(range(max(0, t - K), t)) <= set(steps), (rank, steps, t)
+
+
+def test_a_rank_killed_with_sigkill_keeps_its_ring_and_the_launcher_writes_its_window(tmp_path):
+    proc = _run(tmp_path, 2, "kill", bad_rank=1, bad_step=4, steps=8, timeout=300)
+    assert proc.returncode != 0
+    dump = tmp_path / "d"
+    trig = _marker(dump)
+    # rank 0 triggers first (gloo raises when its peer vanishes, or the launcher's SIGTERM stops it in step 4),
+    # else the launcher does for the killed rank: the window is the same
+    assert trig["step"] == 4 and trig["kind"] in ("exception", "sigterm", "killed"), trig
+    written = _written(dump)
+    assert written[0] == [2, 3, 4], (written, proc.stderr[-3000:])
+    # the steps whose boundary the killed rank passed are complete; of the step it died in, what the writer
+    # had taken (it trails the training thread by up to 50 ms: the zero-loss journal is not done yet)
+    assert written[1] in ([2, 3], [2, 3, 4]), (written, proc.stderr[-3000:])
+    for step in (2, 3):
+        with open(dump / f"step{step}" / "rank1" / "dump.json", encoding="utf-8") as fh:
+            data = json.load(fh)
+        assert "incomplete" not in data and "Module.module.MLP.forward.0" in data["data"]
+    if 4 in written[1]:
+        with open(dump / "step4" / "rank1" / "dump.json", encoding="utf-8") as fh:
+            assert json.load(fh).get("incomplete") is True
+    with open(dump / "msprobe_manifest.json", encoding="utf-8") as fh:
+        man = json.load(fh)
+    killed = [p for p in man["processes"] if p["rank"] == 1][0]
+    assert killed["status"] == "died" and killed["flight_recorder"]["own_trigger"]["kind"] == "killed"
+    assert not os.path.exists(killed["flight_spill"])  # the node-local spill is removed once written
+    assert "rank 1 died without exiting; its steps 2-" in proc.stderr

@@ -1,7 +1,8 @@
 """DDP job for the flight recorder (no msprobe code unless FLIGHT_MODE=explicit).
 
 FLIGHT_MODE: nan (rank FLIGHT_RANK's input gets a NaN at step FLIGHT_STEP), spike (every rank's loss is
-scaled by 1e4 at FLIGHT_STEP), raise (rank FLIGHT_RANK raises at FLIGHT_STEP), explicit (the script calls
+scaled by 1e4 at FLIGHT_STEP), raise (rank FLIGHT_RANK raises at FLIGHT_STEP, after its forward), kill (it
+sends itself SIGKILL there), explicit (the script calls
 PrecisionDebugger.trigger at FLIGHT_STEP), none. FLIGHT_STEPS steps in all.
 """
 
@@ -38,6 +39,10 @@ for step in range(steps):
     loss = F.mse_loss(model(x), y)
     if step == bad_step and rank == bad_rank and mode == "raise":
         raise RuntimeError(f"planted failure at step {step}")
+    if step == bad_step and rank == bad_rank and mode == "kill":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
     if step == bad_step and mode == "spike":
         loss = loss * 1e4
     loss.backward()
