@@ -20,7 +20,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from .dumpformat import files, journal, paths
+from .dumpformat import files, journal, paths, stepsummary
 from .dumpformat.documents import StepRecords
 from .dumpformat.encoding import encode, join_members
 from .dumpformat.nonfinite import has_nonfinite
@@ -160,7 +160,7 @@ def format_stack(frames: tuple) -> List[str]:
 class _OpenStep:
     """The step directory being written, its records and its journal."""
 
-    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill")
+    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill", "suspect")
 
     def __init__(self, directory: str, header: Dict[str, Any], kind: str):
         self.directory = directory
@@ -170,6 +170,7 @@ class _OpenStep:
         self.on_disk = True  # False: a flight-recorder step held in memory only
         self.nbytes = 0  # flight recorder: encoded bytes held
         self.spill: Optional[str] = None  # flight recorder: the step's journal in the node-local spill directory
+        self.suspect: set = set()  # records whose encoded text may hold a NaN/Inf (the step summary's first NaN)
 
     @property
     def step(self) -> Optional[int]:
@@ -518,6 +519,8 @@ class DumpWriter:
         st.records.set(ev.key, encoded)
         if st.journal is not None:
             lines.append(journal.record_line("set", ev.key, encoded))
+        if stepsummary.is_suspect(encoded):
+            st.suspect.add(ev.key)
         if self.flight is not None:
             st.nbytes += len(encoded) + len(ev.key)
             self.flight.observe(st.step, ev.key, ev.body, encoded)
@@ -531,10 +534,12 @@ class DumpWriter:
             return self._overflow(st, ev.key, ev.members, lines, merge=True)
         members = {k: encode(v) for k, v in ev.members.items()}
         st.records.merge(ev.key, members, move=ev.move)
+        text = join_members(members)
         if st.journal is not None:
-            lines.append(journal.record_line("move" if ev.move else "merge", ev.key, join_members(members)))
+            lines.append(journal.record_line("move" if ev.move else "merge", ev.key, text))
+        if stepsummary.is_suspect(text):
+            st.suspect.add(ev.key)
         if self.flight is not None:
-            text = "".join(members.values())
             st.nbytes += len(text) + len(ev.key)
             self.flight.observe(st.step, ev.key, ev.members, text)
         return False
@@ -551,6 +556,7 @@ class DumpWriter:
         self._overflow_left -= 1
         encoded = encode(body)
         st.records.set(key, encoded)
+        st.suspect.add(key)
         if st.journal is not None:
             lines.append(journal.record_line("set", key, encoded))
         return False
@@ -582,6 +588,16 @@ class DumpWriter:
         except OSError as exc:
             self._dir_failed(st.directory, exc)
 
+    def _write_summary(self, st: _OpenStep) -> None:
+        """The finished step's summary (dumpformat.stepsummary), beside its documents."""
+        name = paths.DEBUG_JSON if st.records.kind == "debug" else paths.DUMP_JSON
+        try:
+            data = stepsummary.build(st.records, st.suspect, os.path.join(st.directory, name))
+            if data is not None:
+                files.write_atomic(os.path.join(st.directory, paths.STEP_SUMMARY), data)
+        except (OSError, ValueError) as exc:
+            self.log_error(f"cannot write the step summary of {st.directory}: {exc}", st.directory)
+
     def _finish_step(self) -> None:
         st = self._step
         if st is None:
@@ -598,6 +614,7 @@ class DumpWriter:
                 pass
         written = not st.records.dirty and st.directory not in self._failed_dirs
         if written:
+            self._write_summary(st)
             try:
                 if self._fsync:
                     files.fsync_tree(st.directory)
@@ -680,6 +697,8 @@ class DumpWriter:
             return
         st.records.dirty = True
         self._write_documents(st)
+        if not st.records.dirty:
+            self._write_summary(st)
         if self._fsync and not st.records.dirty:
             try:
                 files.fsync_tree(st.directory)

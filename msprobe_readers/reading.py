@@ -386,7 +386,8 @@ def incomplete_reason(proc: ProcDir, header: Dict[str, Any]) -> Optional[str]:
 
 
 def tree_bytes(path: str) -> int:
-    """Bytes of the files below a directory (tensor files included); symlinks are not followed."""
+    """Bytes of the files below a directory (tensor files included, the step summary not); symlinks are not
+    followed."""
     total = 0
     try:
         with os.scandir(path) as it:
@@ -394,7 +395,7 @@ def tree_bytes(path: str) -> int:
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         total += tree_bytes(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
+                    elif entry.is_file(follow_symlinks=False) and entry.name != paths.STEP_SUMMARY:
                         total += entry.stat(follow_symlinks=False).st_size
                 except OSError:
                     pass

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from msprobe_inject.dumpformat import stepsummary
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite, nonfinite_leaves
 from msprobe_readers.reading import (
     Frame,
@@ -93,7 +94,10 @@ def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Op
     directories ``select`` accepts, when given (a node's launcher summarises its own ranks).
 
     Every dump.json is read once; ``on_record(proc, position, name, record)`` sees every record, so other
-    analyses can share the pass. With ``stacks``, the first NaN/Inf of each rank gets its stack.json frames.
+    analyses can share the pass. Without ``on_record``, a step whose rank wrote its step summary
+    (``dumpformat.stepsummary``) and whose record file is unchanged since is taken from that summary: the same
+    figures without reading a record. With ``stacks``, the first NaN/Inf of each rank gets its stack.json
+    frames.
     """
     found: Dict[Tuple[str, str], RankSummary] = {}
     for proc in discover(dump_path):
@@ -107,13 +111,24 @@ def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Op
                           os.path.getsize(proc.file))
         row.errors = error_lines(proc.path)
         header: Dict[str, Any] = {}
+        done = stepsummary.read(proc.path) if on_record is None and not proc.file else None
+        if done is not None:  # the rank's own summary of the finished step: no record is read
+            row.records = done["records"]
+            first = done.get("first_nan")
+            if first:
+                row.first_nan = (first["position"], first["record"])
+                if s.nan is None:
+                    s.first_nan = (proc.step, first["record"])
+                    s.nan = NanHit(label=s.label, rank=s.rank, attempt=s.attempt, step=proc.step,
+                                   position=first["position"], record=first["record"],
+                                   leaves=[tuple(x) for x in first.get("leaves") or []], path=proc.path)
 
         def failed(file: str, exc: Exception, s: RankSummary = s, row: StepSummary = row,
                    proc: ProcDir = proc) -> None:
             row.errors += 1
             s.problems.append(f"step{proc.step}/{proc.process}/{os.path.basename(file)}: unreadable ({exc})")
 
-        for position, name, value, suspect in iter_proc(proc, failed, header, progress):
+        for position, name, value, suspect in iter_proc(proc, failed, header, progress) if done is None else ():
             row.records += 1
             if row.first_nan is None and suspect and has_nonfinite(value):
                 row.first_nan = (position, name)

@@ -22,6 +22,7 @@ CONSTRUCT_JSON = "construct.json"
 JOURNAL = "dump.journal"
 JOURNAL_SUFFIX = ".journal"  # the flight recorder's spilled step journals: step{N}.journal
 ERROR_LOG = "dump_error_info.log"
+STEP_SUMMARY = ".step_summary.json"  # written beside a finished step's documents (dumpformat.stepsummary)
 TENSOR_DIR = "dump_tensor_data"
 MANIFEST = "msprobe_manifest.json"
 META_DIR = ".msprobe"

@@ -140,7 +140,7 @@ def test_the_monitor_preset_records_module_outputs_and_parameter_gradients_only(
     assert proc.returncode == 0, proc.stderr[-3000:]
     for step in (0, 1):
         d = dump / f"step{step}" / "rank0"
-        assert sorted(os.listdir(d)) == ["dump.json"]  # no stack.json, no construct.json
+        assert sorted(os.listdir(d)) == [".step_summary.json", "dump.json"]  # no stack.json, no construct.json
         with open(d / "dump.json", encoding="utf-8") as fh:
             data = json.load(fh)["data"]
         members = {k: sorted(v) for k, v in data.items()}

@@ -119,7 +119,8 @@ def test_a_finished_steps_journal_is_removed_unless_kept(tmp_path):
     default = run_config(tmp_path / "default", steps=2, level="L1")
     kept = run_config(tmp_path / "kept", steps=2, level="L1", keep_journal=True)
     for step in (0, 1):
-        assert sorted(os.listdir(rank_dir(default, step))) == ["construct.json", "dump.json", "stack.json"]
+        assert sorted(os.listdir(rank_dir(default, step))) == [".step_summary.json", "construct.json", "dump.json",
+                                                               "stack.json"]
         journal = os.path.join(rank_dir(kept, step), "dump.journal")
         with open(journal, "rb") as fh:
             assert fh.read().endswith(b'{"op": "end"}\n')

@@ -275,3 +275,43 @@ def test_summary_names_rank_step_record_and_source_line(tmp_path):
     # the launcher's end-of-job output says the same
     assert f"first NaN/Inf of the job: rank 1, step 1, record #{position} {record}" in launched.stdout
     assert f"{src}:{line}" in launched.stdout
+
+
+@e2e
+def test_step_summaries_give_the_same_summary_as_reading_every_record(tmp_path):
+    import dataclasses
+    import glob
+    import json
+
+    from msprobe_inject.dumpformat import paths, stepsummary
+    from msprobe_readers import summary as sm_mod
+
+    dump, _ = launch_script(tmp_path, "nan_rank1.py")
+    written = sorted(glob.glob(os.path.join(dump, "step*", "rank*", paths.STEP_SUMMARY)))
+    assert len(written) == 6  # 2 ranks x 3 steps, each written by its rank at the step's end
+    assert all(stepsummary.read(os.path.dirname(p)) is not None for p in written)
+
+    def view(summaries) -> str:
+        return json.dumps([dataclasses.asdict(s) for s in summaries], sort_keys=True, default=str)
+
+    fast = sm_mod.summarize(dump)
+    for path in written:
+        os.unlink(path)
+    slow = sm_mod.summarize(dump)
+    assert view(fast) == view(slow)
+    assert fast[1].nan is not None and fast[1].nan.step == 1 and fast[1].nan.leaves  # rank 1's planted NaN
+
+
+def test_a_step_summary_is_ignored_once_its_record_file_changes(tmp_path):
+    from msprobe_inject.dumpformat import paths, stepsummary
+    from msprobe_inject.dumpformat.documents import StepRecords
+
+    records = StepRecords({"task": "statistics", "level": "L1"})
+    records.set("Functional.relu.0.forward", '{"output": [{"Max": NaN, "Min": 0, "Mean": 0, "Norm": 1}]}')
+    (tmp_path / paths.DUMP_JSON).write_bytes(records.main_bytes())
+    data = stepsummary.build(records, {"Functional.relu.0.forward"}, str(tmp_path / paths.DUMP_JSON))
+    (tmp_path / paths.STEP_SUMMARY).write_bytes(data)
+    doc = stepsummary.read(str(tmp_path))
+    assert doc["records"] == 1 and doc["first_nan"]["record"] == "Functional.relu.0.forward"
+    (tmp_path / paths.DUMP_JSON).write_bytes(records.main_bytes() + b" ")  # rewritten (e.g. recovered)
+    assert stepsummary.read(str(tmp_path)) is None
