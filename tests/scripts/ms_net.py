@@ -1,11 +1,13 @@
 """A small MindSpore network instrumented as the seeds show; argv: MODULE CONFIG [STEPS].
 
 MODULE is msprobe.mindspore (mindstudio-probe, the reference) or msprobe_inject.mindspore (ours).
+MS_NET_NAN_STEP=S plants a NaN in step S's input.
 The network uses a Cell reused twice, a Primitive held by a Cell (ops.Mul), mint.nn.functional,
 mindspore.ops, mindspore.mint and Tensor operators, and trains with value_and_grad + SGD.
 """
 
 import importlib
+import os
 import sys
 
 import mindspore as ms
@@ -69,8 +71,12 @@ def forward(x, y):
 
 grad_fn = ms.value_and_grad(forward, None, opt.parameters)
 debugger = PrecisionDebugger(config_path=cfg_path)
-for _ in range(steps):
-    x = ms.Tensor(np.random.randn(3, 4).astype(np.float32))
+nan_step = int(os.environ.get("MS_NET_NAN_STEP", "-1"))  # a NaN planted in that step's input
+for step in range(steps):
+    xs = np.random.randn(3, 4).astype(np.float32)
+    if step == nan_step:
+        xs[0, 0] = np.nan
+    x = ms.Tensor(xs)
     y = ms.Tensor(np.random.randn(3, 2).astype(np.float32))
     debugger.start(net)
     loss, grads = grad_fn(x, y)

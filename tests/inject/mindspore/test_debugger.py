@@ -249,3 +249,18 @@ def test_debug_level_save(tmp_path):
             assert leaf["data_name"].startswith(key)
             for name, want in zip(STATS, _numpy_stats(arr)):
                 assert _close(leaf[name], want), (key, name, leaf[name], want)
+
+
+def test_the_flight_recorder_writes_the_window_around_a_nan(tmp_path):
+    # the flight recorder lives in the recorder and the writer: MindSpore gets it with no adapter code
+    out = str(tmp_path / "flight")
+    cfg = tmp_path / "flight.json"
+    cfg.write_text(json.dumps({"task": "statistics", "dump_path": out, "level": "mix", "flight_recorder": 2}))
+    proc = subprocess.run([sys.executable, NET, "msprobe_inject.mindspore", str(cfg), "7"], cwd=tmp_path,
+                          env=_env(MS_NET_NAN_STEP="4"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = sorted(int(d[4:]) for d in os.listdir(out) if d.startswith("step"))
+    assert steps == [2, 3, 4, 5]
+    with open(glob.glob(os.path.join(out, ".msprobe", "flight", "*.json"))[0], encoding="utf-8") as fh:
+        trig = json.load(fh)
+    assert (trig["kind"], trig["step"]) == ("nonfinite", 4) and trig["record"].startswith("Cell."), trig
