@@ -13,13 +13,14 @@ pyarrow and duckdb are imported only here, and only when used.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import names, paths
 from msprobe_readers.reading import ProcDir, discover, iter_proc, iter_stacks, record_files
-from msprobe_readers.stats import leaves
+from msprobe_readers.stats import _num
 
 SCHEMA_VERSION = 1
 
@@ -82,28 +83,74 @@ def _stack_ids(proc: ProcDir) -> Dict[str, int]:
     return out
 
 
-def rows(proc: ProcDir) -> Iterator[Dict[str, Any]]:
-    """The index rows of one step/rank directory, in execution order."""
-    stacks = _stack_ids(proc)
-    for position, name, value, _ in iter_proc(proc):
+_PARSED: Dict[str, Tuple[Optional[str], Optional[str]]] = {}  # record name -> (kind, direction): names repeat
+
+
+def _tensors(value: Any) -> List[Tuple[str, dict]]:
+    """``stats.iter_tensors`` of a decoded JSON value, without a generator per level (the index's hot loop)."""
+    out: List[Tuple[str, dict]] = []
+    stack: List[Tuple[str, Any]] = [("", value)]
+    while stack:
+        prefix, v = stack.pop()
+        if type(v) is dict:
+            if "Max" in v or "md5" in v or str(v.get("type", "")).endswith(("Tensor", "ndarray")):
+                out.append((prefix, v))
+                continue
+            items = [(f"{prefix}.{k}" if prefix else str(k), x) for k, x in v.items() if type(x) in (dict, list)]
+        elif type(v) is list:
+            items = [(f"{prefix}.{i}" if prefix else str(i), x) for i, x in enumerate(v) if type(x) in (dict, list)]
+        else:
+            continue
+        items.reverse()
+        stack.extend(items)
+    return out
+
+
+def _kind(name: str) -> Tuple[Optional[str], Optional[str]]:
+    known = _PARSED.get(name)
+    if known is None:
         parsed = names.parse(name)
-        base = {"root": proc.root, "process": proc.process, "position": position, "record": name,
-                "kind": parsed.kind if parsed else None, "direction": parsed.direction if parsed else None,
-                "stack_id": stacks.get(name)}
-        found = leaves(value)
+        known = (parsed.kind, parsed.direction) if parsed else (None, None)
+        if len(_PARSED) > 1_000_000:
+            _PARSED.clear()
+        _PARSED[name] = known
+    return known
+
+
+def row_tuples(proc: ProcDir) -> Iterator[tuple]:
+    """The index rows of one step/rank directory, in execution order, as tuples in ``COLUMNS`` order."""
+    stacks = _stack_ids(proc)
+    root, process = proc.root, proc.process
+    num = _num
+    for position, name, value, _ in iter_proc(proc):
+        kind, direction = _kind(name)
+        stack_id = stacks.get(name)
+        found = False
+        for path, e in _tensors(value):
+            found = True
+            shape = e.get("shape")
+            md5 = e.get("md5")
+            dtype = e.get("dtype")
+            yield (root, process, position, name, kind, direction, path, dtype if isinstance(dtype, str) else None,
+                   shape if isinstance(shape, list) and shape else None, num(e.get("Max")), num(e.get("Min")),
+                   num(e.get("Mean")), num(e.get("Norm")), str(md5) if md5 is not None else None, stack_id)
         if not found:
-            yield dict(base, arg=None, dtype=None, shape=None, max=None, min=None, mean=None, norm=None, md5=None)
-        for leaf in found:
-            mx, mn, mean, norm = leaf.stats
-            yield dict(base, arg=leaf.path, dtype=leaf.dtype, shape=list(leaf.shape) if leaf.shape else None,
-                       max=mx, min=mn, mean=mean, norm=norm, md5=leaf.md5)
+            yield (root, process, position, name, kind, direction, None, None, None, None, None, None, None, None,
+                   stack_id)
+
+
+def rows(proc: ProcDir) -> Iterator[Dict[str, Any]]:
+    """The index rows of one step/rank directory, in execution order, as column -> value."""
+    columns = [name for name, _, _ in COLUMNS]
+    for row in row_tuples(proc):
+        yield dict(zip(columns, row))
 
 
 BATCH_ROWS = 100_000  # rows per row group: memory stays bounded for a dump.json of any size
 
 
-def _write(path: str, source: Iterator[Dict[str, Any]]) -> int:
-    """Stream rows into a new Parquet file at ``path`` (atomically replaced); returns the number of rows."""
+def _write(path: str, source: Iterator[tuple]) -> int:
+    """Stream row tuples into a new Parquet file at ``path`` (atomically replaced); returns the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -117,17 +164,23 @@ def _write(path: str, source: Iterator[Dict[str, Any]]) -> int:
     # statistics leave NaN out, so `WHERE isnan(max)` would skip exactly the rows one looks for
     stats_columns = [name for name, kind, _ in COLUMNS if kind != "float64"]
     total = 0
+
+    def table(batch: List[tuple]) -> Any:
+        cols = list(zip(*batch)) if batch else [[] for _ in names_]
+        return pa.Table.from_arrays([pa.array(list(c), type=sch.field(i).type) for i, c in enumerate(cols)],
+                                    schema=sch)
+
     with pq.ParquetWriter(tmp, sch, compression="zstd", write_statistics=stats_columns) as writer:
-        columns: Dict[str, List[Any]] = {n: [] for n in names_}
+        batch: List[tuple] = []
         for row in source:
-            for n in names_:
-                columns[n].append(row[n])
-            total += 1
-            if len(columns["record"]) >= BATCH_ROWS:
-                writer.write_table(pa.Table.from_pydict(columns, schema=sch))
-                columns = {n: [] for n in names_}
-        if columns["record"] or not total:
-            writer.write_table(pa.Table.from_pydict(columns, schema=sch))
+            batch.append(row)
+            if len(batch) >= BATCH_ROWS:
+                total += len(batch)
+                writer.write_table(table(batch))
+                batch = []
+        if batch or not total:
+            total += len(batch)
+            writer.write_table(table(batch))
     os.chmod(tmp, files.FILE_MODE)
     os.replace(tmp, path)
     return total
@@ -138,6 +191,17 @@ def build(dump_path: str, force: bool = False, select: Optional[Callable[[ProcDi
     ranks) whose records changed since it was last indexed.
     Returns {"directories": indexed, "skipped": up to date, "rows": rows written}."""
     done = {"directories": 0, "skipped": 0, "rows": 0}
+    collecting = gc.isenabled()
+    gc.disable()  # the rows are acyclic: collections would only rescan millions of fresh objects (~30% of the time)
+    try:
+        _build(dump_path, force, select, done)
+    finally:
+        if collecting:
+            gc.enable()
+    return done
+
+
+def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], bool]], done: Dict[str, int]) -> None:
     for proc in discover(dump_path):
         if proc.file or (select is not None and not select(proc)):
             continue
@@ -145,9 +209,8 @@ def build(dump_path: str, force: bool = False, select: Optional[Callable[[ProcDi
         if not force and os.path.exists(target) and os.stat(target).st_mtime >= _source_mtime(proc):
             done["skipped"] += 1
             continue
-        done["rows"] += _write(target, rows(proc))
+        done["rows"] += _write(target, row_tuples(proc))
         done["directories"] += 1
-    return done
 
 
 def exists(dump_path: str) -> bool:
