@@ -5,8 +5,8 @@ This module is the writer thread's policy for that mode; it never runs on the tr
 
 * The ring holds finished steps (their encoded records, exactly what would have been written), at most
   ``steps + SLACK`` of them and at most ``max_bytes`` of encoded records: the oldest step leaves first.
-* Triggers: a non-finite statistic (found in the encoded text of a record, so the tensors are not read
-  again), a spike (a record matching ``spike_records`` whose norm exceeds ``spike_factor`` times its median
+* Triggers: a non-finite statistic (a record whose encoded text may hold one is checked, so the tensors are
+  not read again), a spike (a record matching ``spike_records`` whose norm exceeds ``spike_factor`` times its median
   over the ring), and the reasons the recorder passes in (an exception, SIGTERM, ``debugger.trigger()``).
 * The first trigger of the job creates one marker file (``dumpformat.paths.flight_marker``), atomically and
   only if none exists. Every rank looks for it once per finished step (one ``stat``), so all ranks write the
@@ -35,7 +35,6 @@ SPIKE = "spike"
 EXCEPTION = "exception"
 SIGTERM = "sigterm"
 EXPLICIT = "explicit"
-_SUSPECT = ("NaN", "Infinity")  # what the encoder writes for non-finite floats
 
 
 def spill_dir(run_id: str) -> str:
@@ -89,11 +88,12 @@ class Flight:
         self._step_norms: Dict[str, float] = {}
 
     # ---- per record ----
-    def observe(self, step: Optional[int], key: str, body: Any, encoded: str) -> None:
-        """A record (or members of one) of the open step: look for a trigger."""
+    def observe(self, step: Optional[int], key: str, body: Any, suspect: bool) -> None:
+        """A record (or members of one) of the open step: look for a trigger. suspect: its encoded text may hold a
+        non-finite statistic (``stepsummary.is_suspect``, which the writer tests once per record)."""
         if self.own is not None:
             return
-        if any(s in encoded for s in _SUSPECT) and self._has_nonfinite(body):
+        if suspect and self._has_nonfinite(body):
             self.fire(NONFINITE, step, key)
             return
         if self.spike_re is None:

@@ -519,11 +519,12 @@ class DumpWriter:
         st.records.set(ev.key, encoded)
         if st.journal is not None:
             lines.append(journal.record_line("set", ev.key, encoded))
-        if stepsummary.is_suspect(encoded):
+        suspect = stepsummary.is_suspect(encoded)
+        if suspect:
             st.suspect.add(ev.key)
         if self.flight is not None:
             st.nbytes += len(encoded) + len(ev.key)
-            self.flight.observe(st.step, ev.key, ev.body, encoded)
+            self.flight.observe(st.step, ev.key, ev.body, suspect)
         return False
 
     def _on_merge(self, ev: Merge, lines: List[bytes]) -> bool:
@@ -537,11 +538,12 @@ class DumpWriter:
         text = join_members(members)
         if st.journal is not None:
             lines.append(journal.record_line("move" if ev.move else "merge", ev.key, text))
-        if stepsummary.is_suspect(text):
+        suspect = stepsummary.is_suspect(text)
+        if suspect:
             st.suspect.add(ev.key)
         if self.flight is not None:
             st.nbytes += len(text) + len(ev.key)
-            self.flight.observe(st.step, ev.key, ev.members, text)
+            self.flight.observe(st.step, ev.key, ev.members, suspect)
         return False
 
     def _overflow(self, st: _OpenStep, key: str, body: Any, lines: List[bytes], merge: bool = False) -> bool:

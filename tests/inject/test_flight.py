@@ -8,6 +8,7 @@ import threading
 
 from msprobe_inject.dumpformat.encoding import encode
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite
+from msprobe_inject.dumpformat.stepsummary import is_suspect
 from msprobe_inject.flight import Flight
 
 
@@ -44,10 +45,10 @@ def test_the_ring_keeps_k_plus_slack_steps_and_respects_its_byte_bound():
 def test_a_nonfinite_statistic_triggers_and_sets_the_window():
     fl = _flight(steps=3, after=2)
     body = _out(1.0)
-    fl.observe(7, "Functional.relu.0.forward", body, encode(body))
+    fl.observe(7, "Functional.relu.0.forward", body, is_suspect(encode(body)))
     assert fl.trigger is None
     bad = _out(float("nan"))
-    fl.observe(7, "Functional.relu.1.forward", bad, encode(bad))
+    fl.observe(7, "Functional.relu.1.forward", bad, is_suspect(encode(bad)))
     assert fl.own["kind"] == "nonfinite" and fl.own["record"] == "Functional.relu.1.forward"
     assert fl.window == (4, 9)
     assert [fl.in_window(s) for s in (3, 4, 9, 10)] == [False, True, True, False]
@@ -56,7 +57,7 @@ def test_a_nonfinite_statistic_triggers_and_sets_the_window():
 def test_a_string_that_only_looks_nonfinite_does_not_trigger():
     fl = _flight()
     body = {"output": [{"type": "str", "value": "NaN guard"}]}
-    fl.observe(0, "Functional.x.0.forward", body, encode(body))
+    fl.observe(0, "Functional.x.0.forward", body, is_suspect(encode(body)))
     assert fl.trigger is None
 
 
@@ -64,22 +65,22 @@ def test_a_spike_is_a_norm_above_factor_times_its_median_over_earlier_steps():
     fl = _flight(steps=4, factor=10.0)
     key = "Functional.mse_loss.0.forward"
     for step, norm in enumerate([1.0, 1.2, 0.9]):
-        fl.observe(step, key, _out(norm), "{}")
-        fl.observe(step, "Functional.linear.0.forward", _out(1e9), "{}")  # not watched
+        fl.observe(step, key, _out(norm), False)
+        fl.observe(step, "Functional.linear.0.forward", _out(1e9), False)  # not watched
         fl.step_finished()
-    fl.observe(3, key, _out(9.0), "{}")  # below 10 x median (1.0)
+    fl.observe(3, key, _out(9.0), False)  # below 10 x median (1.0)
     fl.step_finished()
     assert fl.trigger is None
-    fl.observe(4, key, _out(50.0), "{}")
+    fl.observe(4, key, _out(50.0), False)
     assert fl.own["kind"] == "spike" and fl.own["step"] == 4 and fl.own["record"] == key
     assert fl.own["value"] == 50.0 and fl.own["median"] in (1.0, 1.2)
 
 
 def test_no_spike_before_enough_history():
     fl = _flight(steps=4)
-    fl.observe(0, "Functional.mse_loss.0.forward", _out(1.0), "{}")
+    fl.observe(0, "Functional.mse_loss.0.forward", _out(1.0), False)
     fl.step_finished()
-    fl.observe(1, "Functional.mse_loss.0.forward", _out(1e6), "{}")
+    fl.observe(1, "Functional.mse_loss.0.forward", _out(1e6), False)
     assert fl.trigger is None
 
 
