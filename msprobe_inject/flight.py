@@ -252,7 +252,8 @@ def recover_spill(dump_path: str, entry: Dict[str, Any]) -> Optional[Dict[str, A
             if not fl.in_window(step):
                 continue
             d = paths.rank_dir(root, step, entry.get("rank"), int(entry.get("pid") or 0))
-            if os.path.exists(os.path.join(d, paths.DUMP_JSON)):
+            state = journal.state(steps[step])
+            if state is not None and state[1]:  # its documents were written from all of it
                 continue
             files.makedirs(d, dump_path)
             target = os.path.join(d, paths.JOURNAL)

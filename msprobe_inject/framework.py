@@ -47,6 +47,11 @@ class Framework(Protocol):
         """Writer thread: turn the pending statistics of a batch of records into numbers; id(entry) -> reason
         for the entries that could not be read (logged with their record's name), or None."""
 
+    def resolve_host(self, pending: list) -> list:
+        """Training thread, as each record is journaled: fill in place the pending statistics that are already on
+        the host (reading them waits for no device) and return the rest, still pending for the writer thread
+        (the same list when nothing was filled)."""
+
     def save_tensor(self, tensor: Any, path: str) -> None:
         """Writer thread: write one tensor file."""
 

@@ -25,7 +25,7 @@ from .config import DumpConfig
 from .dumpformat import names
 from .framework import Framework
 from .session import Session
-from .writer import Construct, Merge, Record, Stack, capture_stack
+from .writer import Construct, Merge, Record
 
 
 class ModuleFrame:
@@ -48,7 +48,7 @@ class Recorder:
         self.cfg = cfg
         self.fw = fw
         self.session = Session(cfg, fw.name, self._rank_or_env if zero_code else fw.rank, fw.resolve,
-                               fw.save_tensor)
+                               fw.save_tensor, fw.resolve_host)
         self.writer = self.session.writer
         self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
         self.tls = fw.tls
@@ -243,7 +243,7 @@ class Recorder:
     def stack(self, key: str, skip: int) -> None:
         """The caller's stack for stack.json; skip: frames of the tool above the user's call."""
         if self.extra:
-            self.writer.send(Stack(key, capture_stack(skip + 1)))
+            self.writer.stack(key, skip + 1)
 
     def call_through(self, func: Callable[..., Any], args: Any, kwargs: Any, base: str) -> Any:
         """Run an API call that is not recorded: calls nested in it are neither recorded nor counted, and it

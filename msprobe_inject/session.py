@@ -70,7 +70,8 @@ class Session:
     """One per process. Holds what msprobe's service holds, minus the framework."""
 
     def __init__(self, cfg: DumpConfig, framework: str, rank_fn: Callable[[], Optional[int]],
-                 resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None]):
+                 resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
+                 resolve_host: Optional[Callable[[list], list]] = None):
         self.cfg = cfg
         self.framework = framework
         self._rank_fn = rank_fn
@@ -85,7 +86,7 @@ class Session:
             flight = Flight(cfg.flight_recorder, cfg.flight_after, cfg.flight_bytes, cfg.spike_factor,
                             cfg.spike_records, has_nonfinite)
         self.writer = DumpWriter(resolver, save_tensor, cfg.pending_bytes, overflow, cfg.fsync, cfg.keep_journal,
-                                 flight)
+                                 flight, resolve_host)
         self.filters = Filters(cfg)
         self.lock = threading.RLock()
         self.running = False

@@ -1,15 +1,18 @@
-"""The writer: one per process, off the training thread.
+"""The writer: one per process, mostly off the training thread.
 
-The recorder sends typed events (below) in batches. A background thread resolves their pending
-statistics, encodes each record body once, appends it to the rank directory's journal (so a kill -9
-loses nothing that was journaled), keeps the step's records in order, and writes the step's documents
-at flush points. The format of all of it is ``dumpformat``'s. Errors are logged to
-dump_error_info.log and warned about once; they never reach the training code.
+The recorder sends typed events (below). On the training thread, ``send`` appends each record to the step's
+journal as its call returns (``dumpformat.journal``: a few microseconds of marshal and one ``write()``, so a
+kill -9 at any instant loses no record whose call returned), then queues the event; events travel to a
+background thread in batches. That thread reads the statistics still pending (device tensors), encodes each
+record body once to JSON, keeps the step's records in order, and writes the step's documents at flush
+points. The format of all of it is ``dumpformat``'s. Errors are logged to dump_error_info.log and warned
+about once; they never reach the training code.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import linecache
 import os
 import queue
@@ -27,7 +30,7 @@ from .dumpformat.nonfinite import has_nonfinite
 from .flight import Flight
 
 _BATCH = 256  # events per hand-off to the writer thread
-_DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long: a kill -9 loses at most that
+_DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long (the documents trail by that)
 _STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
 
 
@@ -39,6 +42,7 @@ class Open(NamedTuple):
     directory: str
     header: Dict[str, Any]
     kind: str  # "dump" | "debug"
+    journal: Optional[journal.JournalFile] = None  # opened by the training thread, which appends the records
 
 
 class Record(NamedTuple):
@@ -65,7 +69,7 @@ class Construct(NamedTuple):
 
 class Stack(NamedTuple):
     key: str
-    frames: tuple  # capture_stack's (code, offset) pairs, formatted on the writer thread
+    text: tuple  # the stack's lines (formatted once per distinct stack: DumpWriter.stack)
 
 
 class Rename(NamedTuple):
@@ -106,6 +110,7 @@ class Trigger(NamedTuple):
 
 
 _RECORDS = (Record, Merge)
+_next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 
 def capture_stack(skip: int) -> tuple:
@@ -182,8 +187,15 @@ class DumpWriter:
 
     def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
-                 keep_journal: bool = False, flight: Optional[Flight] = None):
+                 keep_journal: bool = False, flight: Optional[Flight] = None,
+                 resolve_host: Optional[Callable[[list], list]] = None):
         self._resolver = resolver
+        # training thread: fills the statistics already on the host and returns the still pending rest
+        self._resolve_host = resolve_host
+        self._jf: Optional[journal.JournalFile] = None  # the open step's journal (training thread side)
+        self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
+        self._stacks: Dict[tuple, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
+        self.records_sent = 0  # record events sent (whole bodies and merged members), for the manifest and tests
         self._save_tensor = save_tensor
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._buf: list = []
@@ -207,8 +219,7 @@ class DumpWriter:
         self.flight = flight  # the flight recorder's ring and triggers, or None: every step is written
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
-        self._stack_text: Dict[tuple, Tuple[tuple, str]] = {}  # frames -> (text, its json)
-        self._handlers: Dict[type, Callable[[Any, List[bytes]], bool]] = {
+        self._handlers: Dict[type, Callable[[Any], bool]] = {
             Open: self._on_open, Record: self._on_record, Merge: self._on_merge, Construct: self._on_construct,
             Stack: self._on_stack, Rename: self._on_rename, TensorFile: self._on_tensor, Link: self._on_link,
             Flush: self._on_flush, Close: self._on_close, Trigger: self._on_trigger,
@@ -217,6 +228,9 @@ class DumpWriter:
     # ---- called from the training thread ----
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+            if self._pid != os.getpid():  # a fork child never appends to its parent's journal
+                self._jf = None
+                self._jbuf = []
             self._pid = os.getpid()
             self._q = queue.SimpleQueue()
             self._buf = []
@@ -224,18 +238,124 @@ class DumpWriter:
             self._thread.start()
 
     def send(self, ev: Any, push: bool = False) -> None:
-        """Queue one event. Events travel in batches: one queue hand-off (and writer wake-up) per batch."""
+        """Journal a record, then queue the event. Events travel in batches: one queue hand-off (and writer
+        wake-up) per batch. Under the hand-off lock: the journal's order is the events' order."""
         with self._blk:
+            t = type(ev)
+            if t is Record or t is Merge:
+                self.records_sent += 1
+            if self._jf is not None:
+                if t is Record or t is Merge:
+                    ev = self._journal(ev, t)
+                elif t is Construct:
+                    self._journal_bytes(journal.record_frame("construct", ev.key, ev.parent))
             self._buf.append(ev)
             if push or len(self._buf) >= _BATCH:
                 buf, self._buf = self._buf, []
                 self._q.put(buf)
 
+    def _journal(self, ev: Any, t: type) -> Any:
+        pending = ev.pending
+        if pending and self._resolve_host is not None:
+            try:  # CPU statistics are read now (no device to wait for): the journal holds their figures
+                rest = self._resolve_host(pending)
+            except Exception:
+                rest = pending  # the writer thread reads them, and logs what cannot be read
+            if rest is not pending:
+                ev = ev._replace(pending=rest or None)
+        if t is Record:
+            fr = journal.record_frame("set", ev.key, ev.body)
+        else:
+            fr = journal.record_frame("move" if ev.move else "merge", ev.key, ev.members)
+        self._journal_bytes(fr)
+        return ev
+
+    def _journal_bytes(self, fr: bytes) -> None:
+        jf = self._jf
+        buf = self._jbuf
+        if buf:
+            buf.append(fr)
+            fr = b"".join(buf)
+            buf.clear()
+        if not jf.append(fr):
+            self._journal_lost(jf)
+
+    def _journal_lost(self, jf: journal.JournalFile) -> None:
+        self._jf = None
+        if jf.failed is not None:
+            self.log_error(f"cannot journal {jf.path}: {jf.failed}; a crash in this step would lose its newest "
+                           "records", os.path.dirname(jf.path) if self.flight is None else None)
+
+    def stack(self, key: str, skip: int) -> None:
+        """The caller's stack (skip: frames of the tool above the user's call) for stack.json. Each distinct
+        stack is formatted once per process; a call costs the walk over its frames and one lookup."""
+        f = sys._getframe(skip + 1)
+        ids = []
+        while f is not None:
+            ids.append(id(f.f_code))
+            ids.append(f.f_lasti)
+            f = f.f_back
+        with self._blk:
+            sig = tuple(ids)
+            known = self._stacks.get(sig)
+            if known is None:
+                frames = capture_stack(skip + 1)  # its code objects stay alive with it: their ids stay theirs
+                if len(self._stacks) > 50_000:
+                    self._stacks.clear()
+                known = self._stacks[sig] = (_next_stack_id(), tuple(format_stack(frames)), frames)
+            jf = self._jf
+            if jf is not None:
+                sid, text = known[0], known[1]
+                if sid not in jf.stacks:
+                    jf.stacks.add(sid)
+                    self._jbuf.append(journal.frame(("stackdef", sid, text)))
+                self._jbuf.append(journal.frame(("stack", key, sid)))
+            self.send(Stack(key, known[1]))
+
+    def _end_journal(self) -> None:
+        """The open step is over (a step boundary, a new step, the end): its journal says so at once."""
+        with self._blk:
+            jf = self._jf
+            self._jf = None
+            if jf is not None:
+                buf = b"".join(self._jbuf)
+                self._jbuf.clear()
+                if not jf.end(buf):
+                    self._journal_lost(jf)
+
     def open_step(self, directory: str, header: Dict[str, Any], kind: str = "dump") -> None:
         self._ensure_thread()
         self._dir = directory
         self._root = header.get("_root")
-        self.send(Open(directory, header, kind))
+        with self._blk:
+            self._end_journal()
+            self._jf = self._open_journal(directory, header, kind)
+            self.send(Open(directory, header, kind, self._jf))
+
+    def _open_journal(self, directory: str, header: Dict[str, Any], kind: str) -> Optional[journal.JournalFile]:
+        if self.stopped:
+            return None
+        fl = self.flight
+        if self._overflow_left is not None:
+            header = dict(header, _overflow_check=True)  # replay keeps the records holding a NaN/Inf
+        path = os.path.join(directory, paths.JOURNAL)
+        try:
+            if fl is not None:  # a held step's journal is node-local: the ring outlives a kill -9 (flight.py)
+                if fl.spill is None:
+                    return None
+                files.makedirs(fl.spill)
+                path = os.path.join(fl.spill, f"{paths.step_dir_name(header.get('_step'))}{paths.JOURNAL_SUFFIX}")
+            else:
+                files.makedirs(directory, header.get("_root"))
+            return journal.JournalFile(path, header, kind)
+        except OSError as exc:
+            if fl is not None:
+                self.log_error(f"flight recorder: cannot spill to {fl.spill}: {exc}; the ring is in memory only")
+                fl.spill = None
+            else:
+                self.log_error(f"cannot journal {path}: {exc}; a crash in this step would lose its records",
+                               directory)
+            return None
 
     def rename(self, old: str, new: str) -> None:
         self._dir = new
@@ -257,6 +377,8 @@ class DumpWriter:
     def flush(self, timeout: float = 600.0, finish: bool = False) -> None:
         """Write the current step's documents; blocks until everything queued so far is on disk. With
         finish, the step is over: a kill after this returns finds it complete."""
+        if finish:
+            self._end_journal()
         if self._thread is None:
             return
         ev = threading.Event()
@@ -282,6 +404,7 @@ class DumpWriter:
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Write everything queued and stop the thread; timeout bounds the whole wait (default: 600 s + 30 s)."""
+        self._end_journal()
         if self._thread is None:
             return
         end = time.monotonic() + timeout if timeout is not None else None
@@ -344,7 +467,6 @@ class DumpWriter:
                     batch.extend(self._q.get_nowait())
             except queue.Empty:
                 pass
-            lines: List[bytes] = []
             pending = [item for ev in batch if type(ev) in _RECORDS and ev.pending for item in ev.pending]
             if pending:
                 try:
@@ -356,14 +478,14 @@ class DumpWriter:
                     self._log_unread(batch, failed)
             for ev in batch:
                 try:
-                    stop = handlers[type(ev)](ev, lines)
+                    stop = handlers[type(ev)](ev)
                 except Exception as exc:  # never let the thread die
-                    stop = False
+                    stop = type(ev) is Close
                     self.log_error(f"writer: {type(exc).__name__}: {exc}")
+                    if type(ev) is Flush or stop:  # whoever waits for it is not left waiting
+                        ev.done.set()
                 if stop:
-                    self._write_journal(lines)
                     return
-            self._write_journal(lines)
             if self.flight is not None and self.flight.window is not None and self.flight.ring:
                 self._write_window()
 
@@ -383,30 +505,27 @@ class DumpWriter:
             return None
         return st
 
-    def _on_open(self, ev: Open, lines: List[bytes]) -> bool:
-        if self.stopped:
+    def _on_open(self, ev: Open) -> bool:
+        if self.stopped:  # the training thread may still append to ev.journal: it is not closed here
             return False
-        self._write_journal(lines)
         self._finish_step()
         st = self._step = _OpenStep(ev.directory, ev.header, ev.kind)
+        st.journal = ev.journal
         fl = self.flight
         if fl is not None:
             fl.rank = _rank_of(ev.directory)
+            st.spill = ev.journal.path if ev.journal is not None else None
             if not fl.in_window(st.step):
                 st.on_disk = False  # held in memory until a trigger's window takes it
-                self._open_spill(st, ev)
                 return False
         try:
             files.makedirs(ev.directory, ev.header.get("_root"))
-            st.journal = files.open_append(os.path.join(ev.directory, paths.JOURNAL))
-            st.journal.write(journal.open_line(ev.header, ev.kind))
             self._write_documents()  # msprobe writes empty files at the first start() of a step
         except OSError as exc:
             self._dir_failed(ev.directory, exc)
         return False
 
-    def _on_flush(self, ev: Flush, lines: List[bytes]) -> bool:
-        self._write_journal(lines)
+    def _on_flush(self, ev: Flush) -> bool:
         if ev.finish:
             self._finish_step()
         else:
@@ -414,8 +533,7 @@ class DumpWriter:
         ev.done.set()
         return False
 
-    def _on_close(self, ev: Close, lines: List[bytes]) -> bool:
-        self._write_journal(lines)
+    def _on_close(self, ev: Close) -> bool:
         self._finish_step()
         if self.flight is not None:  # another rank may have triggered after this rank's last step
             self.flight.poll()
@@ -426,7 +544,7 @@ class DumpWriter:
         ev.done.set()
         return True
 
-    def _on_tensor(self, ev: TensorFile, lines: List[bytes]) -> bool:
+    def _on_tensor(self, ev: TensorFile) -> bool:
         try:
             if not self.stopped and (self._step is None or self._step.directory not in self._failed_dirs):
                 if self._step is not None:
@@ -441,7 +559,7 @@ class DumpWriter:
                 self._cv.notify_all()
         return False
 
-    def _on_link(self, ev: Link, lines: List[bytes]) -> bool:
+    def _on_link(self, ev: Link) -> bool:
         if self.stopped or (self._step is not None and self._step.directory in self._failed_dirs):
             return False
         try:
@@ -461,7 +579,7 @@ class DumpWriter:
                                os.path.dirname(os.path.dirname(ev.dst)))
         return False
 
-    def _on_rename(self, ev: Rename, lines: List[bytes]) -> bool:
+    def _on_rename(self, ev: Rename) -> bool:
         st = self._live()
         if self.flight is not None:
             self.flight.rank = _rank_of(ev.new)
@@ -477,6 +595,9 @@ class DumpWriter:
             files.makedirs(os.path.dirname(ev.new))
             os.rename(ev.old, ev.new)
             st.directory = ev.new
+            jf = st.journal
+            if jf is not None and os.path.dirname(jf.path) == ev.old:
+                jf.path = os.path.join(ev.new, os.path.basename(jf.path))
             head = st.records.header
             head["dump_data_dir"] = paths.tensor_dir(ev.new) if head.get("dump_data_dir") else None
             st.records.dirty = True
@@ -484,41 +605,34 @@ class DumpWriter:
             self.log_error(f"cannot rename {ev.old} to {ev.new}: {exc}")
         return False
 
-    def _on_stack(self, ev: Stack, lines: List[bytes]) -> bool:
+    def _on_stack(self, ev: Stack) -> bool:
         st = self._live()
-        if st is None:
-            return False
-        known = self._stack_text.get(ev.frames)
-        if known is None:  # identical stacks are formatted and encoded once per process
-            if len(self._stack_text) > 50_000:
-                self._stack_text.clear()
-            text = format_stack(ev.frames)
-            known = self._stack_text[ev.frames] = (tuple(text), encode(text))
-        text, encoded = known
-        pos = st.records.add_stack(ev.key, text)
-        if st.journal is not None:  # a repeated stack is journaled by reference: stacks are most of the bytes
-            lines.append(journal.stack_line(ev.key, encoded) if pos is None else journal.stackref_line(ev.key, pos))
+        if st is not None:
+            st.records.add_stack(ev.key, ev.text)
         return False
 
-    def _on_construct(self, ev: Construct, lines: List[bytes]) -> bool:
+    def _on_construct(self, ev: Construct) -> bool:
         st = self._live()
-        if st is None:
-            return False
-        st.records.add_construct(ev.key, ev.parent)
-        if st.journal is not None:
-            lines.append(journal.construct_line(ev.key, ev.parent))
+        if st is not None:
+            st.records.add_construct(ev.key, ev.parent)
         return False
 
-    def _on_record(self, ev: Record, lines: List[bytes]) -> bool:
+    def _rejournal(self, st: _OpenStep, op: str, key: str, value: Any) -> None:
+        """Statistics this thread read (device tensors): the journal gets the record's figures too."""
+        jf = st.journal
+        if jf is not None and not jf.append(journal.record_frame(op, key, value)) and jf.failed is not None:
+            self.log_error(f"cannot journal {jf.path}: {jf.failed}", st.directory)
+
+    def _on_record(self, ev: Record) -> bool:
         st = self._live()
         if st is None:
             return False
+        if ev.pending:
+            self._rejournal(st, "set", ev.key, ev.body)
         if self._overflow_left is not None:
-            return self._overflow(st, ev.key, ev.body, lines)
+            return self._overflow(st, ev.key, ev.body)
         encoded = encode(ev.body)
         st.records.set(ev.key, encoded)
-        if st.journal is not None:
-            lines.append(journal.record_line("set", ev.key, encoded))
         suspect = stepsummary.is_suspect(encoded)
         if suspect:
             st.suspect.add(ev.key)
@@ -527,17 +641,17 @@ class DumpWriter:
             self.flight.observe(st.step, ev.key, ev.body, suspect)
         return False
 
-    def _on_merge(self, ev: Merge, lines: List[bytes]) -> bool:
+    def _on_merge(self, ev: Merge) -> bool:
         st = self._live()
         if st is None:
             return False
+        if ev.pending:
+            self._rejournal(st, "merge", ev.key, ev.members)
         if self._overflow_left is not None and ev.key not in st.records:
-            return self._overflow(st, ev.key, ev.members, lines, merge=True)
+            return self._overflow(st, ev.key, ev.members, merge=True)
         members = {k: encode(v) for k, v in ev.members.items()}
         st.records.merge(ev.key, members, move=ev.move)
         text = join_members(members)
-        if st.journal is not None:
-            lines.append(journal.record_line("move" if ev.move else "merge", ev.key, text))
         suspect = stepsummary.is_suspect(text)
         if suspect:
             st.suspect.add(ev.key)
@@ -546,7 +660,7 @@ class DumpWriter:
             self.flight.observe(st.step, ev.key, ev.members, suspect)
         return False
 
-    def _overflow(self, st: _OpenStep, key: str, body: Any, lines: List[bytes], merge: bool = False) -> bool:
+    def _overflow(self, st: _OpenStep, key: str, body: Any, merge: bool = False) -> bool:
         """overflow_check: a record is written once it holds a non-finite statistic, up to overflow_nums
         records; until then its parts are held (a module's inputs wait for its outputs)."""
         if merge:
@@ -559,23 +673,7 @@ class DumpWriter:
         encoded = encode(body)
         st.records.set(key, encoded)
         st.suspect.add(key)
-        if st.journal is not None:
-            lines.append(journal.record_line("set", key, encoded))
         return False
-
-    def _write_journal(self, lines: List[bytes]) -> None:
-        st = self._step
-        if lines and st is not None and st.journal is not None:
-            try:
-                st.journal.write(b"".join(lines))
-            except OSError as exc:
-                if st.on_disk:
-                    self._dir_failed(st.directory, exc)
-                else:  # the spill (e.g. /dev/shm full): the ring stays in memory, the dump is not affected
-                    self.log_error(f"flight recorder: cannot spill: {exc}; the ring is in memory only")
-                    st.journal = None
-                    self.flight.spill = None
-        lines.clear()
 
     def _write_documents(self, st: Optional[_OpenStep] = None) -> None:
         st = st or self._step
@@ -608,30 +706,31 @@ class DumpWriter:
             self._step = None
             return
         self._write_documents()
-        if st.journal is not None:
-            try:
-                st.journal.write(journal.END_LINE)
-                st.journal.close()
-            except OSError:
-                pass
+        jf = st.journal
+        if jf is not None:
+            jf.end()  # a process that ends without a step boundary: its last step is over too
         written = not st.records.dirty and st.directory not in self._failed_dirs
         if written:
             self._write_summary(st)
+            if jf is not None:
+                if self._keep_journal:
+                    jf.append(journal.FINAL)  # the documents hold all of it: nothing to recover
+                else:
+                    jf.unlink_if_mine()  # the documents hold everything the journal does: no duplicate stays
             try:
                 if self._fsync:
                     files.fsync_tree(st.directory)
-                if not self._keep_journal:
-                    # the documents hold everything the journal does; a crash from here on loses nothing
-                    os.unlink(os.path.join(st.directory, paths.JOURNAL))
             except OSError as exc:
                 self.log_error(f"cannot finish {st.directory}: {exc}", st.directory)
+        if jf is not None:
+            jf.close()
         step = st.records.header.get("_step")
         if isinstance(step, int) and step not in self.steps_written:
             self.steps_written.append(step)
         self._step = None
 
     # ---- the flight recorder (see flight.py) ----
-    def _on_trigger(self, ev: Trigger, lines: List[bytes]) -> bool:
+    def _on_trigger(self, ev: Trigger) -> bool:
         if self.flight is not None:
             self.flight.fire(ev.kind, ev.step, ev.record)
         return False
@@ -646,11 +745,8 @@ class DumpWriter:
         held = not st.on_disk
         if held:
             if st.journal is not None:  # the spilled step is complete: a kill from here on keeps all of it
-                try:
-                    st.journal.write(journal.END_LINE)
-                    st.journal.close()
-                except OSError:
-                    pass
+                st.journal.end()
+                st.journal.close()
                 st.journal = None
             if fl.in_window(step):
                 self._materialize(st)
@@ -671,22 +767,6 @@ class DumpWriter:
             self._materialize(held)
         for held in outside:
             _unlink(held.spill)
-
-    def _open_spill(self, st: _OpenStep, ev: Open) -> None:
-        """A held step is journaled to the node-local spill directory, so that the ring outlives a kill -9
-        (the launcher writes the window of a rank that died: flight.recover_spill)."""
-        spill = self.flight.spill
-        if spill is None or self.stopped:
-            return
-        try:
-            files.makedirs(spill)
-            st.spill = os.path.join(spill, f"{paths.step_dir_name(st.step)}{paths.JOURNAL_SUFFIX}")
-            st.journal = files.open_append(st.spill)
-            st.journal.write(journal.open_line(ev.header, ev.kind))
-        except OSError as exc:
-            self.log_error(f"flight recorder: cannot spill to {spill}: {exc}; the ring is in memory only")
-            self.flight.spill = None
-            st.journal = None
 
     def _materialize(self, st: _OpenStep) -> None:
         """Write a step held in memory as an ordinary step directory."""

@@ -381,7 +381,7 @@ def incomplete_reason(proc: ProcDir, header: Dict[str, Any]) -> Optional[str]:
     if not record_files(proc):
         return "dump.journal without dump.json (the process died before writing it)"
     if not complete:
-        return 'dump.journal has no final {"op": "end"} line (the process died during this step, or still runs)'
+        return "dump.journal has no end (the process died during this step, or still runs)"
     return None
 
 

@@ -136,6 +136,8 @@ def has_dtensors(proc: ProcDir) -> bool:
 
     files = [proc.file] if proc.file else [os.path.join(proc.path, n) for n in (paths.DUMP_JSON, paths.JOURNAL)]
     for path in files:
+        # the journal (binary, marshal) holds the name without JSON's quotes
+        needle = b"placements" if path.endswith(paths.JOURNAL) else b'"placements"'
         try:
             with open(path, "rb") as fh:
                 tail = b""
@@ -143,7 +145,7 @@ def has_dtensors(proc: ProcDir) -> bool:
                     chunk = fh.read(1 << 22)
                     if not chunk:
                         break
-                    if b'"placements"' in tail + chunk:
+                    if needle in tail + chunk:
                         return True
                     tail = chunk[-16:]
         except OSError:

@@ -83,6 +83,11 @@ def _open_new(path: str, append: bool = False, extra: int = 0) -> int:
     return os.open(path, flags, FILE_MODE)
 
 
+def open_fd_append(path: str) -> int:
+    """An append-only descriptor (a journal written with os.write); refuses a symlink at path."""
+    return _open_new(path, append=True)
+
+
 def open_append(path: str):
     """Append-only handle (journals, logs); refuses a symlink at path."""
     return os.fdopen(_open_new(path, append=True), "ab", buffering=0)

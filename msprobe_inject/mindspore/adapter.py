@@ -26,6 +26,7 @@ class MindSporeFramework:
     tls = tls
     rank = staticmethod(rank)
     resolve = staticmethod(encode.resolve)
+    resolve_host = staticmethod(encode.resolve_host)
     save_tensor = staticmethod(encode.save_npy)
 
     def __init__(self) -> None:

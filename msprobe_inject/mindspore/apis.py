@@ -19,7 +19,7 @@ from mindspore import ops
 
 from ..dumpformat import names
 from ..recorder import Recorder
-from ..writer import Construct, Merge, Record, Stack, capture_stack
+from ..writer import Construct, Merge, Record
 from .state import DIFF_DTYPES, diff_tensor, requires_grad, tls
 
 _DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "mindspore_apis.json")
@@ -299,7 +299,7 @@ class ApiHooks:
                 body["input_args"] = enc.encode(list(args), pending, f"{fkey}.input" if files else None)
                 body["input_kwargs"] = enc.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
             if self.rec.fwd and self.rec.extra:
-                s.writer.send(Stack(fkey, capture_stack(2)))
+                s.writer.stack(fkey, 2)
             if grad:
                 bstate = {"key": bkey, "set": False, "in": None, "out": None}
                 if not is_inplace(api):

@@ -49,6 +49,7 @@ class TorchFramework:
         return None
 
     resolve = staticmethod(encode.resolve)
+    resolve_host = staticmethod(encode.resolve_host)
     save_tensor = staticmethod(encode.save_pt)
 
     def make_encoder(self, cfg: Any, tensor_dir: Callable[[], str], writer: Any) -> encode.Encoder:

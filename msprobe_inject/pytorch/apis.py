@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..dumpformat import names
 from ..recorder import Recorder
-from ..writer import Construct, Record, Stack, capture_stack
+from ..writer import Construct, Record
 from . import apinames
 from .state import loud, quiet, tls
 
@@ -190,7 +190,7 @@ class ApiHooks:
         body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
         body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None)
         if rec.extra:
-            rec.writer.send(Stack(fkey, capture_stack(3)))
+            rec.writer.stack(fkey, 3)
 
     def _outputs(self, fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack):
         rec = self.rec

@@ -99,10 +99,9 @@ root = coord.resolve_process_root(dump, rank)
 coord.manifest_register(dump, rank=rank, root=root, config={"level": "L1"})
 d = os.path.join(root, "step0", "rank%d" % rank)
 os.makedirs(d)
-with open(os.path.join(d, "dump.journal"), "wb") as fh:  # a step opened and never closed
-    fh.write(journal.open_line({"task": "statistics", "level": "L1", "framework": "pytorch",
-                                "dump_data_dir": None}, "dump"))
-    fh.write(journal.record_line("set", "Functional.relu.0.forward", '{"input_args": [], "output": []}'))
+jf = journal.JournalFile(os.path.join(d, "dump.journal"), {"task": "statistics", "level": "L1",
+                         "framework": "pytorch", "dump_data_dir": None}, "dump")  # a step opened, never closed
+jf.append(journal.record_frame("set", "Functional.relu.0.forward", {"input_args": [], "output": []}))
 print("ready", flush=True)
 while stay != "-" and not os.path.exists(stay):  # a rank still writing its last step
     time.sleep(0.05)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from msprobe_inject.writer import Construct, DumpWriter, Merge, Record, Stack, capture_stack
+from msprobe_inject.writer import Construct, DumpWriter, Merge, Record
 from msprobe_readers import ranks, reading, summary
 
 from .reader_util import line_of
@@ -42,12 +42,12 @@ def _write_rank(root: str, rank: int, s: dict) -> None:
         w.send(Merge(f"{mod}.forward.0", {"input_args": [_t(1.0)], "input_kwargs": {}}, None, False))
         w.send(Record(f"{api1}.forward", {"input_args": [_t(1.0), _t(weight)], "input_kwargs": {},
                                           "output": [_t(3.0)]}, None))
-        w.send(Stack(f"{api1}.forward", capture_stack(0)))  # marker: api1 stack
+        w.stack(f"{api1}.forward", 0)  # marker: api1 stack
         w.send(Construct(f"{api1}.forward", f"{mod}.forward.0"))
         mean = NAN if rank == 1 and step == 1 else 0.25
         w.send(Record(f"{api2}.forward", {"input_args": [_t(3.0)], "input_kwargs": {},
                                           "output": [_t(3.0, mean=mean)]}, None))
-        w.send(Stack(f"{api2}.forward", capture_stack(0)))  # marker: api2 stack
+        w.stack(f"{api2}.forward", 0)  # marker: api2 stack
         # the module call completes: its outputs and parameters join its inputs, and it moves there
         w.send(Merge(f"{mod}.forward.0", {"output": [_t(3.0, mean=mean)],
                                           "parameters": {"weight": _t(weight), "bias": _t(0.5, shape=(3,))}},

@@ -145,7 +145,7 @@ def test_incomplete_steps_from_journal_and_header(tmp_path):
 
     (row,) = summary.summarize(str(d))
     status = {s.step: s.incomplete for s in row.per_step}
-    assert status[0] is None and "no final" in status[1] and "without dump.json" in status[2]
+    assert status[0] is None and "has no end" in status[1] and "without dump.json" in status[2]
     assert "incomplete" in status[3]
     assert row.incomplete_steps == [1, 2, 3]
     assert [s.records for s in row.per_step] == [1, 1, 2, 1]
