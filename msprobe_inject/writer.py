@@ -1,8 +1,8 @@
 """The writer: one per process, mostly off the training thread.
 
 The recorder sends typed events (below). On the training thread, ``send`` appends each record to the step's
-journal as its call returns (``dumpformat.journal``: a few microseconds of marshal and one ``write()``, so a
-kill -9 at any instant loses no record whose call returned), then queues the event; events travel to a
+journal as its call returns (``dumpformat.journal``: marshal and a copy into the journal's file mapping, about
+3 µs, so a kill -9 at any instant loses no record whose call returned), then queues the event; events travel to a
 background thread in batches. That thread reads the statistics still pending (device tensors), encodes each
 record body once to JSON, keeps the step's records in order, and writes the step's documents at flush
 points. The format of all of it is ``dumpformat``'s. Errors are logged to dump_error_info.log and warned
@@ -281,10 +281,12 @@ class DumpWriter:
             self._journal_lost(jf)
 
     def _journal_lost(self, jf: journal.JournalFile) -> None:
-        self._jf = None
-        if jf.failed is not None:
-            self.log_error(f"cannot journal {jf.path}: {jf.failed}; a crash in this step would lose its newest "
-                           "records", os.path.dirname(jf.path) if self.flight is None else None)
+        if jf.failed is None:  # one frame skipped by a signal handler's reentry, or the step already closed
+            return
+        if self._jf is jf:
+            self._jf = None
+        self.log_error(f"cannot journal {jf.path}: {jf.failed}; a crash in this step would lose its newest "
+                       "records", os.path.dirname(jf.path) if self.flight is None else None)
 
     def stack(self, key: str, skip: int) -> None:
         """The caller's stack (skip: frames of the tool above the user's call) for stack.json. Each distinct

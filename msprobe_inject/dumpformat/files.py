@@ -83,9 +83,16 @@ def _open_new(path: str, append: bool = False, extra: int = 0) -> int:
     return os.open(path, flags, FILE_MODE)
 
 
-def open_fd_append(path: str) -> int:
-    """An append-only descriptor (a journal written with os.write); refuses a symlink at path."""
-    return _open_new(path, append=True)
+def create_rw(path: str) -> int:
+    """A new, empty file opened for reading and writing (a journal that is memory-mapped). A file already at
+    path is unlinked, never truncated: a process may still map it, and a truncated mapping faults (SIGBUS).
+    Refuses a symlink at path."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        os.unlink(path)
+        return os.open(path, flags, FILE_MODE)
 
 
 def open_append(path: str):

@@ -1,8 +1,8 @@
 """The journal: each step directory's append-only record log, from which its documents can be rebuilt.
 
-The training thread appends every record as its call returns (``JournalFile``), before the writer thread
-has seen it: data that has reached ``write()`` is in the page cache, which a ``kill -9`` of the process
-does not take with it. So a rank killed at any instant keeps every record whose call returned.
+The training thread appends every record as its call returns (``JournalFile``, a shared file mapping), before
+the writer thread has seen it: what is in a shared file mapping is in the page cache, which a ``kill -9`` of
+the process does not take with it. So a rank killed at any instant keeps every record whose call returned.
 
 Version 3 is binary: frames of a 4-byte little-endian length and a ``marshal`` (format 4) tuple:
 
@@ -15,16 +15,20 @@ Version 3 is binary: frames of a 4-byte little-endian length and a ``marshal`` (
 - ``("final",)``: the writer wrote the step's documents from everything before it (only in a journal that
   is kept: by default the journal is removed then).
 
-A torn last frame (the process died inside ``write()``) ends the replay; everything before it counts.
+An append copies its frames, then the first one's length: a kill in the middle leaves that length zero. Zeros
+(there, and after the last frame: the file grows by allocated chunks) end the replay; everything before counts.
 Version 2 journals (JSON lines, written by the writer thread) are still read.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import marshal
+import mmap
 import os
 import struct
+import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import files, paths
@@ -66,60 +70,127 @@ def open_frame(header: Dict[str, Any], kind: str) -> bytes:
 
 
 class JournalFile:
-    """One step's journal, open for appending.
+    """One step's journal, open for appending: a file mapped into memory.
+
+    An append is a copy into the mapping: no system call, and the GIL is never released, so a writer thread
+    waiting for the GIL cannot take the training thread's turn at every record (with ``write()`` it took a
+    whole switch interval each time). What is copied into a shared file mapping is in the page cache, which
+    outlives the process. The file grows by chunks whose blocks are allocated first (``posix_fallocate``): a
+    full disk is an error at growth, never a SIGBUS on a page of the mapping. After a kill the file ends in
+    zeros, where the replay stops; a journal that is closed is cut to its length.
 
     Written from two threads: the training thread appends each record as its call returns, and the end; the
-    writer thread appends statistics it read later (device tensors) and the final mark. Each frame is one
-    ``write()`` to an O_APPEND descriptor, which the kernel serialises: no lock, so a signal handler that
-    runs on the training thread mid-append cannot deadlock against the writer thread. Only the writer thread
-    closes a journal, once the training thread has moved on to the next one (a closed descriptor's number
-    may already belong to another file).
+    writer thread appends statistics it read later (device tensors) and the final mark, and closes the journal
+    once the training thread has moved on. A signal handler that interrupts an append on its own thread
+    appends nothing (the interrupted step is not complete); the writer thread waits at most a second.
     """
 
-    __slots__ = ("fd", "_raw", "path", "stacks", "ended", "failed")
+    __slots__ = ("path", "fd", "mm", "pos", "cap", "lock", "busy", "stacks", "ended", "failed", "closed")
+
+    CHUNK = 64 << 10  # the first write into a freshly allocated chunk costs in proportion to it (ext4: ~200 µs per MiB)
+    MAX_CHUNK = 16 << 20
 
     def __init__(self, path: str, header: Dict[str, Any], kind: str):
         self.path = path
         self.stacks: set = set()  # stack ids defined in this file
         self.ended = False
-        self.failed: Optional[OSError] = None
-        self._raw = self.fd = files.open_fd_append(path)
-        self.append(open_frame(header, kind))
+        self.closed = False
+        self.failed: Optional[Exception] = None
+        self.lock = threading.RLock()
+        self.busy = False
+        self.pos = 0
+        self.cap = 0
+        self.mm: Optional[mmap.mmap] = None
+        self.fd = files.create_rw(path)
+        try:
+            self._grow(self.CHUNK)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        if not self.append(open_frame(header, kind)):
+            raise self.failed or OSError(f"cannot write {path}")
+
+    def _grow(self, need: int) -> None:
+        cap = max(need, self.cap + min(max(self.cap, self.CHUNK), self.MAX_CHUNK))
+        cap = -(-cap // mmap.PAGESIZE) * mmap.PAGESIZE
+        try:
+            os.posix_fallocate(self.fd, self.cap, cap - self.cap)
+        except (AttributeError, OSError) as exc:  # no fallocate here: a sparse file, as good short of a full disk
+            if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            os.ftruncate(self.fd, cap)
+        old, self.mm = self.mm, mmap.mmap(self.fd, cap)
+        self.cap = cap
+        if old is not None:
+            old.close()
 
     def append(self, data: bytes) -> bool:
-        """False once the journal failed (the caller logs the first failure) or was closed."""
-        fd = self.fd
-        if fd < 0:
+        """False when nothing was appended: the journal failed (the caller logs the first failure), is
+        closed, or an append on this thread was interrupted (a signal handler)."""
+        if not self.lock.acquire(timeout=1.0):
             return False
         try:
-            n = os.write(fd, data)
-            while n < len(data):  # a regular file takes all of it unless the disk is full
-                data = data[n:]
-                n = os.write(fd, data)
-            return True
-        except OSError as exc:
-            self.failed = exc
-            self.fd = -1  # no more writes; the descriptor is closed by close()
-            return False
+            if self.busy or self.mm is None:
+                return False
+            self.busy = True
+            try:
+                end = self.pos + len(data)
+                if end > self.cap:
+                    self._grow(end)
+                # the first frame's length last: until it is in place the frames are not there (a kill in the
+                # middle of the copy leaves zeros, where the replay stops)
+                mv = memoryview(data)
+                self.mm[self.pos + 4:end] = mv[4:]
+                self.mm[self.pos:self.pos + 4] = mv[:4]
+                self.pos = end
+                return True
+            except (OSError, ValueError) as exc:  # the disk is full, or a quota
+                self.failed = exc
+                self._unmap()
+                return False
+            finally:
+                self.busy = False
+        finally:
+            self.lock.release()
 
     def end(self, before: bytes = b"") -> bool:
         """The step's boundary passed (once)."""
         if self.ended:
             return True
-        self.ended = True
-        return self.append(before + END)
+        self.ended = self.append(before + END)
+        return self.ended
+
+    def _unmap(self) -> None:
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except (BufferError, ValueError):
+                pass
 
     def close(self) -> None:
-        fd, self._raw, self.fd = self._raw, -1, -1
-        if fd >= 0:
-            os.close(fd)
+        """Unmap, cut the file to what was written, close (the writer thread)."""
+        if not self.lock.acquire(timeout=1.0):
+            return  # an append is stuck in a signal handler: the descriptor stays until the process ends
+        try:
+            if self.closed:
+                return
+            self.closed = True
+            self._unmap()
+            try:
+                os.ftruncate(self.fd, self.pos)
+            except OSError:
+                pass
+            os.close(self.fd)
+        finally:
+            self.lock.release()
 
     def unlink_if_mine(self) -> None:
         """Remove the file, unless the path now names another journal (the step reopened by this process)."""
-        if self._raw < 0:
+        if self.closed:
             return
         try:
-            if os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(self._raw).st_ino:
+            if os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(self.fd).st_ino:
                 os.unlink(self.path)
         except OSError:
             pass

@@ -221,20 +221,19 @@ def resolve_host(pending: list) -> list:
     """Training thread: fill the statistics of CPU tensors in place (their reductions have run: reading them
     waits for nothing) and return the items still pending (device tensors, unreadable ones, a failed read),
     for the writer thread. The same list when none was filled."""
-    host: list = []
     rest: list = []
+    filled = False
     for item in pending:
         stat = item[1]
         if type(stat) is tuple or (type(stat) is _TENSOR and stat.device.type == "cpu"):
-            host.append(item)
-        else:
-            rest.append(item)
-    if not host:
-        return pending
-    failed = resolve(host)
-    if failed:  # left to the writer thread, which reads them once more and logs the reason with the record's name
-        rest.extend(item for item in host if id(item[0]) in failed)
-    return rest
+            try:  # one record's few values: .item() each is cheaper than the writer's stacked batch read
+                _fill(item, None)
+                filled = True
+                continue
+            except Exception:  # the writer thread reads it once more and logs the reason with the record's name
+                pass
+        rest.append(item)
+    return rest if filled else pending
 
 
 def _fill(item, vals: Optional[list], sqrt=math.sqrt) -> None:
