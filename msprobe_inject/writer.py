@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .dumpformat import files, journal, paths, stepsummary
@@ -196,6 +197,8 @@ class DumpWriter:
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
         self._stacks: Dict[tuple, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
         self.records_sent = 0  # record events sent (whole bodies and merged members), for the manifest and tests
+        # a fork child shares the parent's journal mappings: it must never append to (or end) them
+        os.register_at_fork(after_in_child=_forget_journal(weakref.ref(self)))
         self._save_tensor = save_tensor
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._buf: list = []
@@ -801,6 +804,16 @@ class DumpWriter:
         else:  # e.g. the directory was removed: the next step starts afresh
             self.log_error(f"cannot write dump files in {directory}: {exc}; this step's files are lost", directory)
         self._failed_dirs.add(directory)
+
+
+def _forget_journal(ref: Callable[[], Optional[DumpWriter]]) -> Callable[[], None]:
+    def after_in_child() -> None:
+        w = ref()
+        if w is not None:
+            w._jf = None
+            w._jbuf = []
+
+    return after_in_child
 
 
 def _unlink(path: Optional[str]) -> None:

@@ -207,3 +207,29 @@ print("NOT-REACHED")
     assert (trig["kind"], trig["step"]) == ("sigterm", 4)
     steps = sorted(int(p[4:]) for p in os.listdir(tmp_path / "d") if p.startswith("step"))
     assert steps == [2, 3, 4]
+
+
+def test_a_fork_child_never_writes_into_its_parents_journal(tmp_path):
+    """A fork child shares the parent's journal mapping: whatever it sends or closes, the parent's journal
+    holds only the parent's records."""
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import DumpWriter, Record
+
+    d = str(tmp_path / "step0" / "rank0")
+    w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
+    w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path)})
+    w.send(Record("Functional.relu.0.forward", {"output": [1]}, None))
+    pid = os.fork()
+    if pid == 0:  # the child: no exception may escape, and it ends without the parent's atexit
+        try:
+            w.send(Record("Functional.relu.1.forward", {"output": [2]}, None))
+            w._end_journal()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    w.send(Record("Functional.relu.2.forward", {"output": [3]}, None))
+    path = os.path.join(d, "dump.journal")
+    records, _, complete = journal.replay(path)
+    assert list(dict(records.items())) == ["Functional.relu.0.forward", "Functional.relu.2.forward"]
+    assert not complete
+    w.close()
