@@ -2,7 +2,7 @@
 
     python -m msprobe_inject.recover DUMP_PATH
 
-A step whose journal lacks its end line gets ``"incomplete": true`` in dump.json. The launcher runs
+A step whose journal lacks its end gets ``"incomplete": true`` in dump.json. The launcher runs
 this over the dump path after every job; the journal's format and replay are ``dumpformat.journal``'s.
 """
 

@@ -95,7 +95,7 @@ class Link(NamedTuple):
 
 class Flush(NamedTuple):
     done: threading.Event
-    finish: bool  # the step ended: its end line is written (and its journal removed) before done is set
+    finish: bool  # the step ended (its end is journaled already): its documents are written before done is set
 
 
 class Close(NamedTuple):
@@ -462,8 +462,8 @@ class DumpWriter:
             try:
                 batch = list(self._q.get(timeout=_DRAIN_S))
             except queue.Empty:
-                # what the training thread produced in the last 50 ms reaches the journal even
-                # when no batch fills up: a kill -9 loses at most that much
+                # what the training thread produced in the last 50 ms is taken even when no batch fills
+                # up: device statistics are read (and journaled) within that much
                 batch = self._take_buffer()
                 if not batch:
                     continue
