@@ -196,7 +196,7 @@ class DumpWriter:
         self._jf: Optional[journal.JournalFile] = None  # the open step's journal (training thread side)
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
         self._stacks: Dict[tuple, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
-        self.records_sent = 0  # record events sent (whole bodies and merged members), for the manifest and tests
+        self.records_sent = 0  # record events sent (whole bodies and merged members): the crash tests compare to it
         # a fork child shares the parent's journal mappings: it must never append to (or end) them
         os.register_at_fork(after_in_child=_forget_journal(weakref.ref(self)))
         self._save_tensor = save_tensor
@@ -231,9 +231,6 @@ class DumpWriter:
     # ---- called from the training thread ----
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-            if self._pid != os.getpid():  # a fork child never appends to its parent's journal
-                self._jf = None
-                self._jbuf = []
             self._pid = os.getpid()
             self._q = queue.SimpleQueue()
             self._buf = []

@@ -96,7 +96,7 @@ def create_rw(path: str) -> int:
 
 
 def open_append(path: str):
-    """Append-only handle (journals, logs); refuses a symlink at path."""
+    """Append-only handle (logs); refuses a symlink at path."""
     return os.fdopen(_open_new(path, append=True), "ab", buffering=0)
 
 

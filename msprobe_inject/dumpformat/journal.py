@@ -29,7 +29,7 @@ import mmap
 import os
 import struct
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import files, paths
 from .documents import StepRecords
@@ -212,8 +212,12 @@ def frames(data: bytes) -> Iterator[bytes]:
         pos += 4 + ln
 
 
-def _ops(data: bytes) -> Iterator[tuple]:
+def _ops(data: bytes, pick: Optional[Callable[[bytes], bool]] = None) -> Iterator[tuple]:
+    """The decoded operations, up to the first that does not decode; with pick, only the frames it picks are
+    decoded (and yielded)."""
     for fr in frames(data):
+        if pick is not None and not pick(fr):
+            continue
         try:
             op = marshal.loads(fr[4:])
         except (ValueError, EOFError, TypeError):
@@ -228,8 +232,12 @@ def _read(path: str) -> bytes:
         return fh.read()
 
 
+def _marker_or_open(fr: bytes) -> bool:
+    return len(fr) < 32 or b"open" in fr[4:16]  # only these can be an end, a final or an open
+
+
 def state(path: str) -> Optional[Tuple[bool, bool]]:
-    """(ended, final) of the journal at path; None without one. No frame is decoded."""
+    """(ended, final) of the journal at path; None without one. Only short frames and opens are decoded."""
     try:
         data = _read(path)
     except OSError:
@@ -242,18 +250,13 @@ def state(path: str) -> Optional[Tuple[bool, bool]]:
                 return done, done
         return False, False
     ended = final = False
-    for fr in frames(data):
-        if len(fr) < 32 or b"open" in fr[4:16]:  # only these can be an end, a final or an open
-            try:
-                op = marshal.loads(fr[4:])
-            except (ValueError, EOFError, TypeError):
-                break
-            if op == ("end",):
-                ended = True
-            elif op == ("final",):
-                final = True
-            elif isinstance(op, tuple) and op and op[0] == "open":
-                ended = final = False  # the same directory opened again by the process
+    for op in _ops(data, _marker_or_open):
+        if op == ("end",):
+            ended = True
+        elif op == ("final",):
+            final = True
+        elif op[0] == "open":
+            ended = final = False  # the same directory opened again by the process
     return ended, final
 
 
