@@ -72,6 +72,8 @@ class BuildExtO3(build_ext):
 cmdclass = {"build_py": BuildPyWithPth, "build_ext": BuildExtO3}
 # optional: without a C compiler the package installs and reduces with torch alone
 FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"], optional=True)
+# the journal's append in one call (the training thread journals every record)
+JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"], optional=True)
 
 try:
     from setuptools.command.editable_wheel import editable_wheel
@@ -89,4 +91,4 @@ if editable_wheel is not None:
 
     cmdclass["editable_wheel"] = EditableWheelWithPth
 
-setup(cmdclass=cmdclass, ext_modules=[FASTATS])
+setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT])

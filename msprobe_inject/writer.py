@@ -194,6 +194,9 @@ class DumpWriter:
         # training thread: fills the statistics already on the host and returns the still pending rest
         self._resolve_host = resolve_host
         self._jf: Optional[journal.JournalFile] = None  # the open step's journal (training thread side)
+        # a finished step's journal, emptied: the next step's (set by the writer thread only when None, taken
+        # by the training thread only: no lock)
+        self._spare: Optional[journal.JournalFile] = None
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
         self._stacks: Dict[tuple, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
         self.records_sent = 0  # record events sent (whole bodies and merged members): the crash tests compare to it
@@ -247,8 +250,8 @@ class DumpWriter:
             if self._jf is not None:
                 if t is Record or t is Merge:
                     ev = self._journal(ev, t)
-                elif t is Construct:
-                    self._journal_bytes(journal.record_frame("construct", ev.key, ev.parent))
+                elif t is Construct:  # goes with the next record: that of this module's call or of one inside it
+                    self._jbuf.append(journal.record_frame("construct", ev.key, ev.parent))
             self._buf.append(ev)
             if push or len(self._buf) >= _BATCH:
                 buf, self._buf = self._buf, []
@@ -263,22 +266,20 @@ class DumpWriter:
                 rest = pending  # the writer thread reads them, and logs what cannot be read
             if rest is not pending:
                 ev = ev._replace(pending=rest or None)
-        if t is Record:
-            fr = journal.record_frame("set", ev.key, ev.body)
-        else:
-            fr = journal.record_frame("move" if ev.move else "merge", ev.key, ev.members)
-        self._journal_bytes(fr)
-        return ev
-
-    def _journal_bytes(self, fr: bytes) -> None:
+        op = ("set", ev.key, ev.body) if t is Record else ("move" if ev.move else "merge", ev.key, ev.members)
         jf = self._jf
         buf = self._jbuf
-        if buf:
-            buf.append(fr)
-            fr = b"".join(buf)
+        pre = b""
+        if buf:  # the stack and construct frames of this call, or of calls inside it
+            pre = b"".join(buf)
             buf.clear()
-        if not jf.append(fr):
+        try:
+            ok = jf.put(pre, op)
+        except ValueError:  # a value marshal does not take: the record as JSON text
+            ok = jf.append(pre + journal.record_frame(*op))
+        if not ok:
             self._journal_lost(jf)
+        return ev
 
     def _journal_lost(self, jf: journal.JournalFile) -> None:
         if jf.failed is None:  # one frame skipped by a signal handler's reentry, or the step already closed
@@ -349,6 +350,12 @@ class DumpWriter:
                 path = os.path.join(fl.spill, f"{paths.step_dir_name(header.get('_step'))}{paths.JOURNAL_SUFFIX}")
             else:
                 files.makedirs(directory, header.get("_root"))
+                spare = self._spare
+                if spare is not None:
+                    self._spare = None
+                    if spare.reuse(path, header, kind):
+                        return spare
+                    _discard(spare)
             return journal.JournalFile(path, header, kind)
         except OSError as exc:
             if fl is not None:
@@ -537,6 +544,9 @@ class DumpWriter:
 
     def _on_close(self, ev: Close) -> bool:
         self._finish_step()
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            _discard(spare)
         if self.flight is not None:  # another rank may have triggered after this rank's last step
             self.flight.poll()
             if self.flight.window is not None and self.flight.ring:
@@ -717,6 +727,8 @@ class DumpWriter:
             if jf is not None:
                 if self._keep_journal:
                     jf.append(journal.FINAL)  # the documents hold all of it: nothing to recover
+                elif self._recycle(jf):
+                    jf = None  # out of the step, kept open for the next one
                 else:
                     jf.unlink_if_mine()  # the documents hold everything the journal does: no duplicate stays
             try:
@@ -730,6 +742,15 @@ class DumpWriter:
         if isinstance(step, int) and step not in self.steps_written:
             self.steps_written.append(step)
         self._step = None
+
+    def _recycle(self, jf: journal.JournalFile) -> bool:
+        """The finished step's journal becomes the spare for the next step (one spare at most)."""
+        if self._spare is not None or self.flight is not None:
+            return False
+        if not jf.recycle(os.path.join(os.path.dirname(jf.path), paths.SPARE_JOURNAL)):
+            return False
+        self._spare = jf
+        return True
 
     # ---- the flight recorder (see flight.py) ----
     def _on_trigger(self, ev: Trigger) -> bool:
@@ -808,9 +829,15 @@ def _forget_journal(ref: Callable[[], Optional[DumpWriter]]) -> Callable[[], Non
         w = ref()
         if w is not None:
             w._jf = None
+            w._spare = None
             w._jbuf = []
 
     return after_in_child
+
+
+def _discard(jf: journal.JournalFile) -> None:
+    jf.close()
+    _unlink(jf.path)
 
 
 def _unlink(path: Optional[str]) -> None:

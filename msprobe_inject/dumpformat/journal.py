@@ -36,6 +36,11 @@ from .documents import StepRecords
 from .encoding import encode
 from .nonfinite import has_nonfinite
 
+try:  # the append in one C call (see _jput.c); without a C compiler, the same in Python
+    from ._jput import put as _put
+except ImportError:  # pragma: no cover
+    _put = None
+
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only
 _LEN = struct.Struct("<I")
 _MARSHAL = 4
@@ -124,15 +129,24 @@ class JournalFile:
         if old is not None:
             old.close()
 
+    def put(self, pre: bytes, op: tuple) -> bool:
+        """Append pre (whole frames, or b"") and op's frame; as append. ValueError (nothing appended) when
+        marshal does not take a value in op."""
+        if _put is not None and _put(self, pre, op):
+            return True
+        return self.append(pre + frame(op))
+
     def append(self, data: bytes) -> bool:
         """False when nothing was appended: the journal failed (the caller logs the first failure), is
         closed, or an append on this thread was interrupted (a signal handler)."""
+        if _put is not None and _put(self, data, None):
+            return True
         if not self.lock.acquire(timeout=1.0):
             return False
         try:
             if self.busy or self.mm is None:
                 return False
-            self.busy = True
+            self.busy = True  # _put refuses while it is set: the file may grow (releasing the GIL)
             try:
                 end = self.pos + len(data)
                 if end > self.cap:
@@ -184,6 +198,47 @@ class JournalFile:
             os.close(self.fd)
         finally:
             self.lock.release()
+
+    def recycle(self, spare_path: str) -> bool:
+        """Writer thread, once the step's documents hold everything: move the file out of the step (to
+        spare_path, beside it) and zero what it held. The next step's journal is then this file, whose blocks
+        are allocated and whose pages are mapped: a fresh file would cost the training thread its creation,
+        its allocation and a page fault per 4 KiB. False: nothing changed (the caller removes the file)."""
+        if not self.lock.acquire(timeout=1.0):
+            return False
+        try:
+            if self.closed or self.mm is None or self.busy:
+                return False
+            self.busy = True
+            try:
+                if os.stat(self.path, follow_symlinks=False).st_ino != os.fstat(self.fd).st_ino:
+                    return False  # the path names another journal now (the step reopened by this process)
+                # moved first: a kill while the frames are zeroed must not leave the step a torn journal
+                os.rename(self.path, spare_path)
+            except OSError:
+                return False
+            finally:
+                self.busy = False
+            self.path = spare_path
+            self.mm[:self.pos] = bytes(self.pos)  # beyond pos it is zero already: the replay stops there
+            self.pos = 0
+            self.ended = False
+            self.stacks = set()
+            return True
+        finally:
+            self.lock.release()
+
+    def reuse(self, path: str, header: Dict[str, Any], kind: str) -> bool:
+        """Training thread: this recycled file becomes the journal at path (its header written first: a kill
+        before the move leaves only a spare). False: it cannot be; the caller closes it and unlinks it."""
+        if self.pos or not self.append(open_frame(header, kind)):
+            return False
+        try:
+            os.rename(self.path, path)  # replaces a file at path, as create_rw: never truncated
+        except OSError:
+            return False
+        self.path = path
+        return True
 
     def unlink_if_mine(self) -> None:
         """Remove the file, unless the path now names another journal (the step reopened by this process)."""
@@ -371,6 +426,11 @@ def recover_tree(dump_path: str) -> List[Tuple[str, Dict[str, Any]]]:
     out = []
     for dirpath, dirnames, filenames in os.walk(dump_path, followlinks=False):
         dirnames[:] = [d for d in dirnames if d != paths.TENSOR_DIR and not d.startswith(".")]
+        if paths.SPARE_JOURNAL in filenames:  # a killed process's emptied journal, kept for a step it never began
+            try:
+                os.unlink(os.path.join(dirpath, paths.SPARE_JOURNAL))
+            except OSError:
+                pass
         if paths.JOURNAL in filenames and needs_recovery(dirpath):
             try:
                 out.append((dirpath, recover(dirpath)))

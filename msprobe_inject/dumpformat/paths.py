@@ -20,6 +20,7 @@ DEBUG_JSON = "debug.json"
 STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 JOURNAL = "dump.journal"
+SPARE_JOURNAL = ".dump.journal.spare"  # a finished step's journal, emptied, kept for the process's next step
 JOURNAL_SUFFIX = ".journal"  # the flight recorder's spilled step journals: step{N}.journal
 ERROR_LOG = "dump_error_info.log"
 STEP_SUMMARY = ".step_summary.json"  # written beside a finished step's documents (dumpformat.stepsummary)

@@ -171,9 +171,12 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
     proc = run_py(code, str(tmp_path), check=False)
     assert proc.returncode == -9
+    from msprobe_inject.dumpformat import paths
     from msprobe_inject.dumpformat.journal import recover_tree
 
-    assert recover_tree(str(tmp_path / "d")) == []
+    spare = os.path.join(rank_dir(str(tmp_path / "d"), 1), paths.SPARE_JOURNAL)
+    assert os.path.exists(spare)  # step 1's journal, emptied for a step 2 that never began
+    assert recover_tree(str(tmp_path / "d")) == [] and not os.path.exists(spare)
     for step in (0, 1):
         d = load_dump(str(tmp_path / "d"), step)
         assert "incomplete" not in d and "Functional.linear.0.backward" in d["data"]

@@ -109,3 +109,68 @@ def test_version_2_journals_are_still_read(tmp_path):
                     '{"op": "end"}\n')
     records, n, complete = journal.replay(str(path))
     assert dict(records.items()) == {"a": {"x": 1}} and n == 1 and complete and journal.state(str(path)) == (True, True)
+
+
+def test_a_recycled_journal_becomes_the_next_steps_with_nothing_of_the_old_one(tmp_path):
+    """A finished step's journal is moved out of its step and zeroed (its allocated, mapped pages kept), then
+    becomes the next step's journal: the old step has no journal left, the new one replays only its own."""
+    from msprobe_inject.dumpformat import journal, paths
+
+    d0, d1 = tmp_path / "step0", tmp_path / "step1"
+    d0.mkdir()
+    d1.mkdir()
+    jf = journal.JournalFile(str(d0 / paths.JOURNAL), dict(_header(), _step=0), "dump")
+    big = {"x": "y" * (2 * journal.JournalFile.CHUNK)}
+    assert jf.append(journal.record_frame("set", "Functional.linear.0.forward", big))
+    assert jf.put(b"", ("set", "Functional.relu.0.forward", {"output": [1.0]})) and jf.end()
+    cap = jf.cap
+    spare = str(d0 / paths.SPARE_JOURNAL)
+    assert jf.recycle(spare)
+    assert os.listdir(d0) == [paths.SPARE_JOURNAL]
+    assert open(spare, "rb").read().strip(b"\0") == b""  # zeroed: no stale frame can be replayed
+    assert jf.reuse(str(d1 / paths.JOURNAL), dict(_header(), _step=1), "dump")
+    assert os.listdir(d0) == [] and jf.cap == cap  # no new file, no new allocation
+    assert jf.put(b"", ("set", "Functional.relu.0.forward", {"output": [2.0]}))
+    records, n, complete = journal.replay(str(d1 / paths.JOURNAL))
+    assert dict(records.items()) == {"Functional.relu.0.forward": {"output": [2.0]}}
+    assert records.header["_step"] == 1 and n == 1 and complete is False
+    jf.close()
+
+
+def test_the_c_append_writes_what_the_python_append_writes(tmp_path, monkeypatch):
+    """put() in one C call and the Python path give the same bytes, growth included; a value marshal does not
+    take, or a journal busy on its own thread (a signal handler inside an append), appends nothing."""
+    from msprobe_inject.dumpformat import journal
+
+    if journal._put is None:
+        import pytest
+
+        pytest.skip("the C append is not built here")
+
+    def run(name):
+        path = str(tmp_path / name)
+        jf = journal.JournalFile(path, _header(), "dump")
+        pre = journal.frame(("stackdef", 1, ("File a.py, line 1",))) + journal.frame(("stack", "k", 1))
+        assert jf.put(pre, ("set", "k", {"output": [1.5, None, True, "s"]}))
+        assert jf.put(b"", ("set", "big", {"x": "y" * (3 * journal.JournalFile.CHUNK)}))  # grows
+        assert jf.append(journal.record_frame("merge", "k", {"output": [2.5]}))
+        before = (jf.pos, bytes(jf.mm[:jf.pos]))
+        try:
+            jf.put(b"", ("set", "bad", {"x": object()}))
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("marshal took an object")
+        jf.busy = True
+        assert jf.put(b"", ("set", "late", {})) is False
+        jf.busy = False
+        assert (jf.pos, bytes(jf.mm[:jf.pos])) == before
+        jf.end()
+        jf.close()
+        return open(path, "rb").read()
+
+    fast = run("c.journal")
+    monkeypatch.setattr(journal, "_put", None)
+    assert run("py.journal") == fast
+    records, n, complete = journal.replay(str(tmp_path / "c.journal"))
+    assert [k for k, _ in records.items()] == ["k", "big"] and complete
