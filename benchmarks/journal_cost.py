@@ -2,9 +2,10 @@
 
 One process, one DumpWriter on a temporary directory, the same L1-sized record body sent again and again
 (three tensor entries with their statistics ready, as for CPU float32), in alternating blocks: with the
-step's journal open (marshal + one write() per record, on the calling thread) and with it closed (the
-event is only queued, as before the journal moved to the training thread). Also: a record whose
-statistics are CPU tensors still to be read (bfloat16), and the stack of a call (walk, lookup, journal).
+step's journal open (marshal and a copy into the journal's file mapping in one C call, on the calling
+thread) and with it closed (the event is only queued, as before the journal moved to the training thread).
+Also: a record whose statistics are CPU tensors still to be read (bfloat16), and the stack of a call (walk,
+lookup, journal).
 Prints medians of µs per record over the blocks: the sending thread's CPU time (what the call costs the
 training thread) and the wall time until the writer thread has handled it too (under the GIL the two
 threads share one core's worth of Python).

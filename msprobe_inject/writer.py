@@ -747,7 +747,7 @@ class DumpWriter:
         """The finished step's journal becomes the spare for the next step (one spare at most)."""
         if self._spare is not None or self.flight is not None:
             return False
-        if not jf.recycle(os.path.join(os.path.dirname(jf.path), paths.SPARE_JOURNAL)):
+        if not jf.recycle(os.path.join(os.path.dirname(jf.path), f"{paths.SPARE_JOURNAL}{os.getpid()}")):
             return False
         self._spare = jf
         return True

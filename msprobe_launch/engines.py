@@ -169,12 +169,14 @@ def recover_node(dump_path: str, entries: List[Dict[str, Any]]) -> None:
     """Rebuild the files of this node's ranks that died mid-step, from their journals. Only rank directories of
     processes known to be dead are touched: a rank of another node may still be writing its last step."""
     from msprobe_inject.coord import rank_dirs
-    from msprobe_inject.dumpformat.journal import needs_recovery, recover
+    from msprobe_inject.dumpformat.journal import needs_recovery, recover, remove_spares
 
     for entry in entries:
         if entry.get("status") != "died":
             continue
         for d in rank_dirs(dump_path, entry):
+            if isinstance(entry.get("pid"), int):
+                remove_spares(d, pid=entry["pid"])
             if not needs_recovery(d):
                 continue
             try:

@@ -421,16 +421,28 @@ def recover(rank_dir: str) -> Dict[str, Any]:
     return {"records": n, "complete": complete}
 
 
+def remove_spares(rank_dir: str, names: Optional[List[str]] = None, pid: Optional[int] = None) -> None:
+    """Remove the emptied journals a killed process kept for a step it never began (those of pid, or all)."""
+    prefix = paths.SPARE_JOURNAL + (str(pid) if pid is not None else "")
+    if names is None:
+        try:
+            names = os.listdir(rank_dir)
+        except OSError:
+            return
+    for name in names:
+        if name.startswith(prefix) and (pid is None or name == prefix):
+            try:
+                os.unlink(os.path.join(rank_dir, name))
+            except OSError:
+                pass
+
+
 def recover_tree(dump_path: str) -> List[Tuple[str, Dict[str, Any]]]:
     """recover() every rank directory below dump_path whose documents lag its journal: [(dir, result)]."""
     out = []
     for dirpath, dirnames, filenames in os.walk(dump_path, followlinks=False):
         dirnames[:] = [d for d in dirnames if d != paths.TENSOR_DIR and not d.startswith(".")]
-        if paths.SPARE_JOURNAL in filenames:  # a killed process's emptied journal, kept for a step it never began
-            try:
-                os.unlink(os.path.join(dirpath, paths.SPARE_JOURNAL))
-            except OSError:
-                pass
+        remove_spares(dirpath, filenames)
         if paths.JOURNAL in filenames and needs_recovery(dirpath):
             try:
                 out.append((dirpath, recover(dirpath)))

@@ -54,6 +54,11 @@ def _rank_dir(dump: str, step: int) -> str:
     return os.path.join(top, names[0]) if names else os.path.join(top, "none")
 
 
+def _spares(dump: str) -> list:
+    """Emptied journals kept for a next step: the process removes its own at the end, recovery a killed one's."""
+    return [os.path.join(d, n) for d, _, names in os.walk(dump) for n in names if n.startswith(".dump.journal.spare")]
+
+
 def _steps(dump: str) -> dict:
     out = {}
     for step in range(STEPS):
@@ -114,6 +119,7 @@ def test_a_rank_killed_at_random_instants_keeps_every_record_it_sent(tmp_path, f
     print(f"KILL_SEED={seed}")
     ref = _run(form, str(tmp_path / "ref"), "none")
     assert ref["rc"] == 0, ref["stderr"][-3000:]
+    assert _spares(ref["dump"]) == []
     counts = ref["info"]
     ref_docs = _steps(ref["dump"])
     assert sorted(ref_docs) == list(range(STEPS)) and all(len(d["data"]) > 10 for d in ref_docs.values())
@@ -124,4 +130,5 @@ def test_a_rank_killed_at_random_instants_keeps_every_record_it_sent(tmp_path, f
         assert run["rc"] != 0, (at, run["stderr"][-2000:])
         if form == "explicit":
             assert run["recover"][0] == 0, (at, run["recover"][1])
+        assert _spares(run["dump"]) == [], at
         _check(ref_docs, ref["dump"], run, at)
