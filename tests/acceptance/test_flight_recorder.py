@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,9 +29,17 @@ def _run(tmp_path, nproc: int, mode: str, bad_rank: int = 0, bad_step: int = 3, 
     cmd = [sys.executable, "-m", "msprobe_launch", "--standalone", "--nproc-per-node", str(nproc),
            "--flight-recorder", str(K), "--flight-after", str(M), "--level", "mix", "--dump-path", str(dump),
            *extra, SCRIPT]
-    # the launcher stops failed jobs' ranks with SIGTERM: the test relies on SIGTERM's default action there
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    for attempt in range(2):
+        # the launcher stops failed jobs' ranks with SIGTERM: the test relies on SIGTERM's default action there
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+        # gloo's teardown at the script's end aborts now and then, with or without the tool (seen in a
+        # run without it: test_parallel_jobs): that one abort, and only it, gets one more try from scratch
+        if attempt or "terminate called without an active exception" not in proc.stderr \
+                or "Signal 6 (SIGABRT)" not in proc.stderr:
+            return proc
+        shutil.rmtree(dump, ignore_errors=True)
+    return proc
 
 
 def _written(dump) -> dict:
