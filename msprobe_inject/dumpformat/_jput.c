@@ -1,14 +1,14 @@
 /* The journal's append in one C call (journal.JournalFile.put).
  *
- * A record's frame is marshalled and copied into the journal's file mapping without returning to the
- * interpreter in between. The GIL is held from start to end: no other thread runs, and no Python signal
- * handler can interrupt it (they run between bytecodes), so the append needs neither the journal's lock
- * nor its busy flag. That is most of the training thread's cost of journaling a record: in Python the
- * same work is five calls, a lock and two slice assignments.
+ * A record's frame is encoded straight into the journal's file mapping without returning to the interpreter
+ * in between. The GIL is held from start to end: no other thread runs, and no Python signal handler can
+ * interrupt it (they run between bytecodes), so the append needs neither the journal's lock nor its busy
+ * flag. That is most of the training thread's cost of journaling a record: in Python the same work is
+ * marshal.dumps (a bytes object, a reference table), five calls, a lock and two slice assignments.
  *
  * put(jf, pre, op) copies pre (frames already built, may be empty) and then op's frame (a 4-byte
- * little-endian length and marshal format 4; op None: none) to jf.mm at jf.pos, writing the first frame's
- * length last (until it is there, the replay sees zeros and stops), and advances jf.pos. It returns
+ * little-endian length and op in marshal's format; op None: none) to jf.mm at jf.pos, writing the first
+ * frame's length last (until it is there, the replay sees zeros and stops), and advances jf.pos. It returns
  * False, having written nothing, when the frames do not fit, the mapping is gone or jf.busy is set (the
  * Python path then grows the file under the lock), and raises ValueError, having written nothing, when
  * marshal does not take op.
@@ -28,6 +28,156 @@ put_len(char *dst, uint32_t n)
     memcpy(dst, b, 4);
 }
 
+
+/* ---- a marshal writer for the values records hold, straight into the mapping ----
+ * marshal.dumps builds a bytes object and looks every shared object up in a reference table (format 3+);
+ * a record is a tree of dicts, lists, tuples, str, float, small int, bool and None, written here with the
+ * same type codes (no references: marshal.loads reads such a stream as it reads its own), in about a third
+ * of the time. Anything else (a big int, a str with surrogates, another type, a deep tree) is left to
+ * marshal. */
+#define W_FULL (-1)
+#define W_OTHER (-2)
+#define W_DEPTH 100
+
+typedef struct {
+    char *p, *end;
+} W;
+
+static int
+w_bytes(W *w, const void *b, Py_ssize_t n)
+{
+    if (w->end - w->p < n)
+        return W_FULL;
+    memcpy(w->p, b, n);
+    w->p += n;
+    return 0;
+}
+
+static int
+w_u32(W *w, char code, Py_ssize_t n)
+{
+    if (n > (Py_ssize_t)INT32_MAX)
+        return W_OTHER;
+    if (w->end - w->p < 5)
+        return W_FULL;
+    *w->p++ = code;
+    put_len(w->p, (uint32_t)n);
+    w->p += 4;
+    return 0;
+}
+
+static int
+w_obj(W *w, PyObject *o, int depth)
+{
+    int rc;
+    if (depth > W_DEPTH)
+        return W_OTHER;
+    if (o == Py_None || o == Py_True || o == Py_False) {
+        char c = o == Py_None ? 'N' : o == Py_True ? 'T' : 'F';
+        return w_bytes(w, &c, 1);
+    }
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &PyFloat_Type) {
+        if (w->end - w->p < 9)
+            return W_FULL;
+        *w->p++ = 'g';
+#if PY_VERSION_HEX >= 0x030B0000
+        if (PyFloat_Pack8(PyFloat_AS_DOUBLE(o), w->p, 1) < 0)
+#else
+        if (_PyFloat_Pack8(PyFloat_AS_DOUBLE(o), (unsigned char *)w->p, 1) < 0)
+#endif
+        {
+            PyErr_Clear();
+            return W_OTHER;
+        }
+        w->p += 8;
+        return 0;
+    }
+    if (t == &PyUnicode_Type) {
+        if (PyUnicode_READY(o) < 0) {
+            PyErr_Clear();
+            return W_OTHER;
+        }
+        Py_ssize_t n;
+        const char *s;
+        if (PyUnicode_IS_ASCII(o)) {
+            n = PyUnicode_GET_LENGTH(o);
+            s = (const char *)PyUnicode_DATA(o);
+            if (n < 256) {
+                if (w->end - w->p < 2 + n)
+                    return W_FULL;
+                *w->p++ = 'z';
+                *w->p++ = (char)n;
+                memcpy(w->p, s, n);
+                w->p += n;
+                return 0;
+            }
+            if ((rc = w_u32(w, 'a', n)) < 0)
+                return rc;
+            return w_bytes(w, s, n);
+        }
+        s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (s == NULL) {
+            PyErr_Clear();
+            return W_OTHER;
+        }
+        if ((rc = w_u32(w, 'u', n)) < 0)
+            return rc;
+        return w_bytes(w, s, n);
+    }
+    if (t == &PyDict_Type) {
+        if (w->end - w->p < 1)
+            return W_FULL;
+        *w->p++ = '{';
+        Py_ssize_t i = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &i, &k, &v)) {
+            if ((rc = w_obj(w, k, depth + 1)) < 0 || (rc = w_obj(w, v, depth + 1)) < 0)
+                return rc;
+        }
+        return w_bytes(w, "0", 1);
+    }
+    if (t == &PyList_Type) {
+        Py_ssize_t n = PyList_GET_SIZE(o);
+        if ((rc = w_u32(w, '[', n)) < 0)
+            return rc;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((rc = w_obj(w, PyList_GET_ITEM(o, i), depth + 1)) < 0)
+                return rc;
+        return 0;
+    }
+    if (t == &PyTuple_Type) {
+        Py_ssize_t n = PyTuple_GET_SIZE(o);
+        if (n < 256) {
+            if (w->end - w->p < 2)
+                return W_FULL;
+            *w->p++ = ')';
+            *w->p++ = (char)n;
+        } else if ((rc = w_u32(w, '(', n)) < 0) {
+            return rc;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((rc = w_obj(w, PyTuple_GET_ITEM(o, i), depth + 1)) < 0)
+                return rc;
+        return 0;
+    }
+    if (t == &PyLong_Type) {
+        int overflow = 0;
+        long v = PyLong_AsLongAndOverflow(o, &overflow);
+        if (overflow || v > INT32_MAX || v < INT32_MIN) {
+            PyErr_Clear();
+            return W_OTHER;
+        }
+        if (w->end - w->p < 5)
+            return W_FULL;
+        *w->p++ = 'i';
+        put_len(w->p, (uint32_t)(int32_t)v);
+        w->p += 4;
+        return 0;
+    }
+    return W_OTHER;
+}
+
 static PyObject *
 jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -40,27 +190,16 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pre must be bytes");
         return NULL;
     }
-    PyObject *body = NULL;
-    if (op != Py_None) {
-        body = PyMarshal_WriteObjectToString(op, 4);
-        if (body == NULL)
-            return NULL;
-        if (PyBytes_GET_SIZE(body) > (Py_ssize_t)UINT32_MAX) {
-            Py_DECREF(body);
-            PyErr_SetString(PyExc_ValueError, "frame too large");
-            return NULL;
-        }
-    }
     PyObject *busy = PyObject_GetAttr(jf, s_busy);
     if (busy == NULL)
-        goto fail;
+        return NULL;
     int is_busy = PyObject_IsTrue(busy);
     Py_DECREF(busy);
     if (is_busy != 0)
         goto refuse;  /* the Python path holds the journal (growing it): it decides */
     PyObject *mm = PyObject_GetAttr(jf, s_mm);
     if (mm == NULL)
-        goto fail;
+        return NULL;
     Py_buffer view;
     if (mm == Py_None || PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) {
         Py_DECREF(mm);
@@ -70,57 +209,73 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *pos_o = PyObject_GetAttr(jf, s_pos);
     Py_ssize_t pos = pos_o ? PyLong_AsSsize_t(pos_o) : -1;
     Py_XDECREF(pos_o);
-    if (pos < 0) {
+    Py_ssize_t np = PyBytes_GET_SIZE(pre);
+    if (pos < 0 || (np && np < 4) || pos + np + (op != Py_None ? 4 : 0) > view.len) {
         PyBuffer_Release(&view);
         goto refuse;
     }
-    Py_ssize_t np = PyBytes_GET_SIZE(pre), nb = body ? PyBytes_GET_SIZE(body) : 0;
-    Py_ssize_t total = np + (body ? 4 + nb : 0);
+    char *dst = (char *)view.buf + pos;
+    char *body = dst + np + 4;
+    Py_ssize_t nb = 0;
+    if (op != Py_None) {
+        W w = {body, (char *)view.buf + view.len};
+        int rc = w_obj(&w, op, 0);
+        if (rc < 0)
+            memset(body, 0, w.p - body);  /* past the journal's end stays zero: the replay stops there */
+        if (rc == W_FULL) {
+            PyBuffer_Release(&view);
+            goto refuse;
+        }
+        if (rc == W_OTHER) {  /* marshal's own writer: raises, having written nothing, on what it does not take */
+            PyObject *m = PyMarshal_WriteObjectToString(op, 4);
+            if (m == NULL) {
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            nb = PyBytes_GET_SIZE(m);
+            if (nb > (Py_ssize_t)UINT32_MAX || nb > (char *)view.buf + view.len - body) {
+                Py_DECREF(m);
+                PyBuffer_Release(&view);
+                goto refuse;
+            }
+            memcpy(body, PyBytes_AS_STRING(m), nb);
+            Py_DECREF(m);
+        } else {
+            nb = w.p - body;
+        }
+    }
+    Py_ssize_t total = np + (op != Py_None ? 4 + nb : 0);
     if (total == 0) {
         PyBuffer_Release(&view);
-        Py_XDECREF(body);
         Py_RETURN_TRUE;
-    }
-    if (total < 4 || pos + total > view.len) {
-        PyBuffer_Release(&view);
-        goto refuse;
     }
     PyObject *end_o = PyLong_FromSsize_t(pos + total);
     if (end_o == NULL) {
+        memset(dst + 4, 0, total - 4);
         PyBuffer_Release(&view);
-        goto fail;
+        return NULL;
     }
-    char *dst = (char *)view.buf + pos;
     char first[4] = {0};
     if (np) {
         memcpy(first, PyBytes_AS_STRING(pre), 4);
         memcpy(dst + 4, PyBytes_AS_STRING(pre) + 4, np - 4);
-    }
-    if (body) {
-        if (np) {
+        if (op != Py_None)
             put_len(dst + np, (uint32_t)nb);
-        } else {
-            put_len(first, (uint32_t)nb);
-        }
-        memcpy(dst + np + 4, PyBytes_AS_STRING(body), nb);
+    } else {
+        put_len(first, (uint32_t)nb);
     }
     /* the stores above reach the mapping before the length that makes them visible to a replay */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     memcpy(dst, first, 4);
     PyBuffer_Release(&view);
-    Py_XDECREF(body);
     int rc = PyObject_SetAttr(jf, s_pos, end_o);
     Py_DECREF(end_o);
     if (rc < 0)
         return NULL;
     Py_RETURN_TRUE;
 refuse:
-    Py_XDECREF(body);
     PyErr_Clear();
     Py_RETURN_FALSE;
-fail:
-    Py_XDECREF(body);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {

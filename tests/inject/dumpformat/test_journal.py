@@ -138,8 +138,10 @@ def test_a_recycled_journal_becomes_the_next_steps_with_nothing_of_the_old_one(t
 
 
 def test_the_c_append_writes_what_the_python_append_writes(tmp_path, monkeypatch):
-    """put() in one C call and the Python path give the same bytes, growth included; a value marshal does not
-    take, or a journal busy on its own thread (a signal handler inside an append), appends nothing."""
+    """put() in one C call (its own marshal writer) and the Python path (marshal.dumps) journal the same
+    operations, growth included, for every kind of value a record holds and for those the C writer leaves to
+    marshal; a value marshal does not take, or a journal busy on its own thread (a signal handler inside an
+    append), appends nothing."""
     from msprobe_inject.dumpformat import journal
 
     if journal._put is None:
@@ -147,30 +149,49 @@ def test_the_c_append_writes_what_the_python_append_writes(tmp_path, monkeypatch
 
         pytest.skip("the C append is not built here")
 
+    class Num(float):
+        pass
+
+    values = {"ascii": "Functional.linear.0.forward", "long": "x" * 300, "text": "résumé ∑ 数据", "empty": "",
+              "floats": [1.5, -0.0, float("inf"), float("-inf"), 1e-310, 3.4028234663852886e38],
+              "ints": [0, -1, 2**31 - 1, -2**31, 2**31, -2**63, 2**100], "flags": (True, False, None),
+              "nested": {"a": [{"b": ((1, 2), [])}], 7: "int key", ("t",): {}}, "big": tuple(range(300)),
+              "surrogate": "\udcff", "deep": [1]}
+    for _ in range(150):  # deeper than the C writer goes: marshal writes it
+        values["deep"] = [values["deep"]]
+    nan = {"Max": float("nan")}
+
     def run(name):
         path = str(tmp_path / name)
         jf = journal.JournalFile(path, _header(), "dump")
         pre = journal.frame(("stackdef", 1, ("File a.py, line 1",))) + journal.frame(("stack", "k", 1))
         assert jf.put(pre, ("set", "k", {"output": [1.5, None, True, "s"]}))
-        assert jf.put(b"", ("set", "big", {"x": "y" * (3 * journal.JournalFile.CHUNK)}))  # grows
+        for key, value in values.items():
+            assert jf.put(b"", ("set", key, value))
+        assert jf.put(b"", ("set", "nan", nan))
+        assert jf.put(b"", ("set", "grow", {"x": "y" * (3 * journal.JournalFile.CHUNK)}))  # past the chunk
         assert jf.append(journal.record_frame("merge", "k", {"output": [2.5]}))
-        before = (jf.pos, bytes(jf.mm[:jf.pos]))
-        try:
-            jf.put(b"", ("set", "bad", {"x": object()}))
-        except ValueError:
-            pass
-        else:
-            raise AssertionError("marshal took an object")
+        before = (jf.pos, bytes(jf.mm[:jf.cap]))
+        for bad in ({"x": object()}, {"x": [1.0, Num(2.0)]}):
+            try:
+                jf.put(b"", ("set", "bad", bad))
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("marshal took it")
         jf.busy = True
         assert jf.put(b"", ("set", "late", {})) is False
         jf.busy = False
-        assert (jf.pos, bytes(jf.mm[:jf.pos])) == before
+        assert (jf.pos, bytes(jf.mm[:jf.cap])) == before  # nothing written, not even past the end
         jf.end()
         jf.close()
-        return open(path, "rb").read()
+        return list(journal._ops(open(path, "rb").read()))
 
     fast = run("c.journal")
     monkeypatch.setattr(journal, "_put", None)
-    assert run("py.journal") == fast
-    records, n, complete = journal.replay(str(tmp_path / "c.journal"))
-    assert [k for k, _ in records.items()] == ["k", "big"] and complete
+    slow = run("py.journal")
+    assert repr(fast) == repr(slow) and len(fast) == len(values) + 8  # open, stackdef, stack, k, nan, grow, merge, end
+    got = {op[1]: op[2] for op in fast if op[0] == "set"}
+    for key, value in values.items():
+        assert repr(got[key]) == repr(value), key
+        assert type(got[key]) is type(value), key
