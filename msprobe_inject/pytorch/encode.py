@@ -19,7 +19,7 @@ import torch
 
 from .. import entries
 from ..dumpformat import files
-from . import ptfile
+from . import checksums, ptfile
 
 MAX_DEPTH = 400
 _FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -160,20 +160,27 @@ def local_view(t: torch.Tensor) -> Tuple[Optional[torch.Tensor], str, Optional[D
 
 
 def _read_scalars(pending: list) -> Dict[int, list]:
-    """All 0-d results of a batch read with one stack + tolist per dtype, not one .item() each.
-    Only plain tensors: an op on a subclass here could start a collective from the writer thread."""
-    groups: Dict[torch.dtype, tuple] = {}
+    """All 0-d results of a batch read with one stack + tolist per device and dtype, not one .item() each:
+    for a device, one kernel and one copy to the host per batch. Only plain tensors: an op on a subclass here
+    could start a collective from the writer thread."""
+    groups: Dict[tuple, tuple] = {}
     for i, item in enumerate(pending):
         stat = item[1]
-        # the 0-d results of one tensor come from one reduction: same dtype, and plain when the first is
-        if type(stat) is tuple and type(stat[0]) is _TENSOR:
-            g = groups.get(stat[0].dtype)
+        ts = type(stat)
+        # the 0-d results of one tensor: one dtype (a CRC's chunks, a norm's), plain when the first is
+        if (ts is tuple or ts is list) and stat and type(stat[0]) is _TENSOR:
+            k = (stat[0].device, stat[0].dtype)
+            g = groups.get(k)
             if g is None:
-                g = groups[stat[0].dtype] = ([], [])
+                g = groups[k] = ([], [])
             g[0].append(i)
             g[1].extend(stat)
+    synced = set()
     out: Dict[int, list] = {}
-    for idxs, tensors in groups.values():
+    for (dev, _), (idxs, tensors) in groups.items():
+        if dev.type != "cpu" and dev not in synced:
+            _await_device(dev)
+            synced.add(dev)
         flat = torch.stack(tensors).tolist()
         pos = 0
         for i in idxs:
@@ -183,13 +190,29 @@ def _read_scalars(pending: list) -> Dict[int, list]:
     return out
 
 
+def _await_device(dev: torch.device) -> None:
+    """Writer thread: the statistics kernels queued on the device so far have run, whichever stream the
+    job queued them on (the writer's own stream is not ordered after a side stream's). Blocks this thread
+    only; once per device and batch."""
+    try:
+        torch.accelerator.synchronize(dev)
+    except Exception:  # a device torch.accelerator does not drive: the read below orders itself
+        pass
+
+
 def _plain_values(stat) -> list:
-    items = stat if type(stat) is tuple else (stat,)
+    ts = type(stat)
+    items = stat if ts is tuple or ts is list else (stat,)
     bad = next((x for x in items if type(x) is not _TENSOR), None)
     if bad is not None:
         raise TypeError(f"a {_type_name(bad)} statistic is not read by the writer thread")
-    if type(stat) is tuple:
+    if ts is tuple or ts is list:
+        if items and items[0].device.type != "cpu":
+            _await_device(items[0].device)
+            return torch.stack(list(items)).tolist()
         return [x.item() for x in stat]
+    if stat.device.type != "cpu":
+        _await_device(stat.device)
     return stat.tolist()
 
 
@@ -217,6 +240,48 @@ def resolve(pending: list) -> Optional[Dict[int, str]]:
     return failed
 
 
+def _finish_norms(pending: list) -> None:
+    """Training thread, at the end of an encoded value (a call's inputs, its outputs): the norms of its device
+    tensors, one batched kernel per device and dtype (torch._foreach_norm), into their figures (the 5-item
+    lists of stat_of). Before the call runs: an in-place op must not change its inputs' norms."""
+    groups: Optional[Dict[tuple, tuple]] = None
+    for item in pending:
+        stat = item[1]
+        if type(stat) is list and len(stat) == 5:
+            t = stat[4]
+            if groups is None:
+                groups = {}
+            k = (t.device, t.dtype)
+            g = groups.get(k)
+            if g is None:
+                g = groups[k] = ([], [])
+            if not any(x is stat for x in g[0]):  # one tensor twice in a record (the statistics cache)
+                g[0].append(stat)
+                g[1].append(t)
+    if groups is None:
+        return
+    prev = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        for stats, tensors in groups.values():
+            try:
+                norms = torch._foreach_norm(tensors)
+            except Exception:  # one at a time; a tensor whose norm fails keeps none (the writer names it)
+                norms = [_norm_or_none(t) for t in tensors]
+            for stat, norm in zip(stats, norms):
+                stat[3] = norm
+                del stat[4]  # the tensor itself is no longer held
+    finally:
+        torch._C._set_grad_enabled(prev)
+
+
+def _norm_or_none(t: torch.Tensor) -> Optional[torch.Tensor]:
+    try:
+        return torch.linalg.vector_norm(t)
+    except Exception:
+        return None
+
+
 def resolve_host(pending: list) -> list:
     """Training thread: fill the statistics of CPU tensors in place (their reductions have run: reading them
     waits for nothing) and return the items still pending (device tensors, unreadable ones, a failed read),
@@ -225,7 +290,9 @@ def resolve_host(pending: list) -> list:
     filled = False
     for item in pending:
         stat = item[1]
-        if type(stat) is tuple or (type(stat) is _TENSOR and stat.device.type == "cpu"):
+        ts = type(stat)
+        if (ts is tuple and (not stat or type(stat[0]) is not _TENSOR or stat[0].is_cpu)) \
+                or (ts is _TENSOR and stat.is_cpu):
             try:  # one record's few values: .item() each is cheaper than the writer's stacked batch read
                 _fill(item, None)
                 filled = True
@@ -259,6 +326,16 @@ def _fill(item, vals: Optional[list], sqrt=math.sqrt) -> None:
         entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = v
     elif kind == "c":
         entry["Max"], entry["Min"], entry["Mean"] = vals
+    elif type(kind) is CrcPieces:
+        entry["md5"] = checksums.crc_hex(vals, kind)
+    elif kind == "x":
+        entry["md5"] = checksums.xor_hex(vals[0])
+    elif kind == "xs":
+        entry["md5"] = vals[0]
+
+
+class CrcPieces(tuple):
+    """The kind of a device tensor's pending CRC-32: its chunks' lengths (checksums.crc_pieces)."""
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -396,7 +473,12 @@ def _f32_torch_stats(t: torch.Tensor):
 
 
 def stat_crc_of(t: torch.Tensor, high_precision: bool):
-    """stat_of and the tensor's CRC-32 (the md5 summary mode)."""
+    """stat_of and the tensor's CRC-32 (the md5 summary mode); a device tensor's CRC as pending pieces
+    (0-d device tensors, CrcPieces)."""
+    if not t.is_cpu and t.layout is _STRIDED and not t.is_meta:
+        stat, kind = stat_of(t, high_precision)
+        raws, lengths = checksums.crc_pieces(t)
+        return stat, kind, (raws, CrcPieces(lengths))
     if t.dtype is _F32 and t.layout is _STRIDED and t.is_cpu and not high_precision and t.dim() and t.numel() \
             and t.is_contiguous() and _fast_f32_crc is not None:
         stat, kind, crc = _f32_kernel(t, _fast_f32_crc)
@@ -424,25 +506,28 @@ def stat_of(t: torch.Tensor, high_precision: bool):
             t = t.to_dense()
         except Exception:
             return None, None
+    # Each result is a tuple of 0-d tensors: on a device they stay there until the writer thread reads a batch
+    # of them with one kernel and one copy (_read_scalars). Kernels per device tensor: aminmax; a float's mean
+    # (its norm: one batched kernel per record, _finish_norms); a bool's any and all; a 0-d tensor's copy.
     if t.is_complex():
         a = t.abs()
-        return torch.stack([a.max(), a.min(), a.mean()]), "c"
+        mn, mx = torch.aminmax(a)
+        return (mx, mn, a.mean()), "c"
     if dt is torch.bool:
-        return torch.stack([t.any(), t.all()]), "b"
+        return (t.any(), t.all()), "b"
     if t.dim() == 0:
-        return t.reshape(1).clone(), "s"
+        return (t.clone(),), "s"
     t = _dense(t)
-    cpu = t.device.type == "cpu"
+    cpu = t.is_cpu
     if cpu and dt is torch.float32 and not high_precision and t.is_contiguous():  # a permuted view made dense
         return _f32_cpu_stats(t)
     if t.is_floating_point() and dt is not torch.float64 and not high_precision:
         mn, mx = torch.aminmax(t)
-        vals = (mx, mn, t.mean(), torch.linalg.vector_norm(t))
-        # on CPU the four 0-d results are read by the writer thread; elsewhere one stacked
-        # tensor means one device-to-host copy when it is read
-        return (vals if cpu else torch.stack(vals)), "f"
+        if cpu:
+            return (mx, mn, t.mean(), torch.linalg.vector_norm(t)), "f"
+        return [mx, mn, t.mean(), None, t], "f"  # the norm: _finish_norms, before the call returns
     mn, mx = torch.aminmax(t)
-    return ((mx, mn) if cpu else torch.stack([mx, mn])), "i"
+    return (mx, mn), "i"
 
 
 def raw_bytes(t: torch.Tensor):
@@ -546,8 +631,12 @@ class Encoder(entries.EncoderBase):
         prev = torch.is_grad_enabled()
         if prev:
             torch._C._set_grad_enabled(False)  # one switch per value, not a context manager per tensor
+        start = len(pending)
         try:
-            return self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
+            out = self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
+            if len(pending) > start:
+                _finish_norms(pending if not start else pending[start:])
+            return out
         finally:
             if prev:
                 torch._C._set_grad_enabled(True)
@@ -555,8 +644,12 @@ class Encoder(entries.EncoderBase):
     def tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
         prev = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
+        start = len(pending)
         try:
-            return self._tensor(t, pending, file_name)
+            entry = self._tensor(t, pending, file_name)
+            if len(pending) > start:
+                _finish_norms(pending[start:])
+            return entry
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
             known: Dict[str, Any] = {}
             try:
@@ -679,8 +772,16 @@ class Encoder(entries.EncoderBase):
         if type(t) is not _TENSOR and type(t) is not _PARAM:
             return self._subclass(t, pending, file_name)
         if self.summary == "xor" and not self.structure:
-            return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
-                    "md5": xor_hex(t) if t.dim() else _scalar(t), "requires_grad": t.requires_grad}
+            if t.is_cpu:
+                return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
+                        "md5": xor_hex(t) if t.dim() else _scalar(t), "requires_grad": t.requires_grad}
+            entry = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape), "md5": None,
+                     "requires_grad": t.requires_grad}
+            if t.dim() == 0:
+                pending.append((entry, (t.clone(),), "xs"))
+            elif t.numel() and not t.is_meta:
+                pending.append((entry, (checksums.xor_word(t),), "x"))
+            return entry
         if self.structure:
             return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
                     "requires_grad": t.requires_grad}
@@ -716,7 +817,12 @@ class Encoder(entries.EncoderBase):
                     snap = t.to_dense() if t.layout != torch.strided else t.clone().contiguous()
                     self._writer.save_tensor(saved, snap, snap.numel() * snap.element_size())
         if self.md5:
-            entry["md5"] = crc  # from stat_crc_of or the cache
+            if type(crc) is tuple:  # a device tensor's: pending
+                entry["md5"] = None
+                if crc[0]:
+                    pending.append((entry, crc[0], crc[1]))
+            else:
+                entry["md5"] = crc  # from stat_crc_of or the cache
         if cached is None and key is not None:
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
         elif cached is not None and saved is not None and cached[4] is None:
