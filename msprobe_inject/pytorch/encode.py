@@ -240,26 +240,21 @@ def resolve(pending: list) -> Optional[Dict[int, str]]:
     return failed
 
 
-def _finish_norms(pending: list) -> None:
+def _finish_norms(due: list) -> None:
     """Training thread, at the end of an encoded value (a call's inputs, its outputs): the norms of its device
-    tensors, one batched kernel per device and dtype (torch._foreach_norm), into their figures (the 5-item
-    lists of stat_of). Before the call runs: an in-place op must not change its inputs' norms."""
-    groups: Optional[Dict[tuple, tuple]] = None
-    for item in pending:
-        stat = item[1]
-        if type(stat) is list and len(stat) == 5:
-            t = stat[4]
-            if groups is None:
-                groups = {}
-            k = (t.device, t.dtype)
-            g = groups.get(k)
-            if g is None:
-                g = groups[k] = ([], [])
-            if not any(x is stat for x in g[0]):  # one tensor twice in a record (the statistics cache)
-                g[0].append(stat)
-                g[1].append(t)
-    if groups is None:
-        return
+    float tensors (due: their 5-item figure lists from stat_of), one batched kernel per device and dtype
+    (torch._foreach_norm). Before the call runs: an in-place op must not change its inputs' norms."""
+    groups: Dict[tuple, tuple] = {}
+    for stat in due:
+        if len(stat) != 5:  # already done (one tensor twice in a value, through the statistics cache)
+            continue
+        t = stat[4]
+        k = (t.device, t.dtype)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = ([], [])
+        g[0].append(stat)
+        g[1].append(t)
     prev = torch.is_grad_enabled()
     torch._C._set_grad_enabled(False)
     try:
@@ -269,8 +264,9 @@ def _finish_norms(pending: list) -> None:
             except Exception:  # one at a time; a tensor whose norm fails keeps none (the writer names it)
                 norms = [_norm_or_none(t) for t in tensors]
             for stat, norm in zip(stats, norms):
-                stat[3] = norm
-                del stat[4]  # the tensor itself is no longer held
+                if len(stat) == 5:
+                    stat[3] = norm
+                    del stat[4]  # the tensor itself is no longer held
     finally:
         torch._C._set_grad_enabled(prev)
 
@@ -620,6 +616,7 @@ class Encoder(entries.EncoderBase):
         if self.md5:
             use_isal_crc()
         self.cache = StatCache()
+        self._devices = False  # a device float tensor was seen: values end with their norms batched
         self.use_cache = cfg.stat_cache
 
     # -- entry points --
@@ -633,11 +630,10 @@ class Encoder(entries.EncoderBase):
             torch._C._set_grad_enabled(False)  # one switch per value, not a context manager per tensor
         start = len(pending)
         try:
-            out = self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
-            if len(pending) > start:
-                _finish_norms(pending if not start else pending[start:])
-            return out
+            return self._enc(value, pending, file_prefix, keys if keys is not None else [], 0, set())
         finally:
+            if self._devices and len(pending) > start:
+                self._finish(pending, start)
             if prev:
                 torch._C._set_grad_enabled(True)
 
@@ -646,10 +642,7 @@ class Encoder(entries.EncoderBase):
         torch._C._set_grad_enabled(False)
         start = len(pending)
         try:
-            entry = self._tensor(t, pending, file_name)
-            if len(pending) > start:
-                _finish_norms(pending[start:])
-            return entry
+            return self._tensor(t, pending, file_name)
         except Exception as exc:  # a bad tensor yields a clear skip, never an exception in user code
             known: Dict[str, Any] = {}
             try:
@@ -658,9 +651,22 @@ class Encoder(entries.EncoderBase):
                 pass
             return self.skipped(exc, file_name, **known)
         finally:
+            if self._devices and len(pending) > start:
+                self._finish(pending, start)
             torch._C._set_grad_enabled(prev)
 
     # -- internals --
+    @staticmethod
+    def _finish(pending: list, start: int) -> None:
+        # this call's own items (another thread may be encoding): the figures whose norm is due
+        due = [it[1] for it in pending[start:] if type(it[1]) is list and len(it[1]) == 5]
+        if not due:
+            return
+        try:
+            _finish_norms(due)
+        except Exception:  # their norms stay unset: the writer names each record whose figures are missing
+            pass
+
     def _enc(self, v, pending, prefix, keys, depth, seen):
         tv = type(v)
         if tv is _TENSOR or tv is _PARAM or isinstance(v, torch.Tensor):
@@ -801,6 +807,8 @@ class Encoder(entries.EncoderBase):
             entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = stat
         elif kind is not None:
             pending.append((entry, stat, kind))
+            if type(stat) is list and not self._devices:
+                self._devices = True
         saved = None
         if file_name is not None and not t.is_meta:
             fname = files.safe_component(file_name)
