@@ -8,7 +8,8 @@ until the writer thread reads a batch of them.
 CRC-32 (zlib's) is linear over GF(2). With R(M) the CRC register after M from a zero register,
 R(A + B) = shift_|B|(R(A)) ^ R(B), where shift_s (the register after s zero bytes) is a linear map on 32 bits,
 applied on the device through four 256-entry tables (one per byte of the register). Leading zero bytes leave R
-unchanged, so a level with an odd number of pieces takes a zero piece in front. The writer turns R into zlib's
+unchanged, so a level with an odd number of pieces takes a zero piece in front (and a chunk zero bytes up to a
+multiple of 4: the first level reads 4-byte pieces). The writer turns R into zlib's
 value (crc_hex): crc32(M) = ~(shift_n(0xFFFFFFFF) ^ R(M)).
 """
 
@@ -22,7 +23,7 @@ import torch
 _POLY = 0xEDB88320  # zlib's polynomial, bit-reflected
 _MASK32 = 0xFFFFFFFF
 _MASK64 = (1 << 64) - 1
-CHUNK = 4 << 20  # bytes folded at once: the fold's temporaries are about 12x a chunk
+CHUNK = 4 << 20  # bytes folded at once: the fold's temporaries peak near 16x a chunk
 _lock = threading.Lock()
 _basis: Dict[int, Tuple[int, ...]] = {}  # s -> images of the 32 register bits under shift_s (s a power of 2)
 _tables: Dict[tuple, torch.Tensor] = {}  # (device, s) -> shift_s as 4x256 int64 on the device
@@ -125,11 +126,29 @@ def _shifted(a: torch.Tensor, s: int, device: torch.device) -> torch.Tensor:
     return (g[:, 0] ^ g[:, 1]) ^ (g[:, 2] ^ g[:, 3])
 
 
+def _word_table(device: torch.device) -> torch.Tensor:
+    """R of a 4-byte piece, byte k (0 first) being j: shift_(4-k) of j in the register's low byte; 4x256."""
+    key = (device, "word")
+    t = _tables.get(key)
+    if t is None:
+        with _lock:
+            rows = [shift(4 - k, j) for k in range(4) for j in range(256)]
+            t = _tables[key] = to_device(torch.tensor(rows, dtype=torch.int64), device)
+    return t
+
+
 def _crc_chunk(b: torch.Tensor) -> torch.Tensor:
-    """R of one chunk of bytes (uint8, 1-d, non-empty), a 0-d int64 on its device."""
+    """R of one chunk of bytes (uint8, 1-d, non-empty), a 0-d int64 on its device. The first level reads 4-byte
+    pieces (zero bytes in front make the length a multiple of 4), so the temporaries peak near 16 bytes per
+    byte of the chunk."""
     device = b.device
-    x = _table(device, 1)[b.long()]  # R of each byte: shift_1 of the byte in the register's low bits
-    s = 1
+    pad = (-b.numel()) % 4
+    if pad:
+        b = torch.cat([b.new_zeros(pad), b])
+    _, offsets = _byte_index(device)
+    g = _word_table(device)[b.view(-1, 4).long() + offsets]
+    x = (g[:, 0] ^ g[:, 1]) ^ (g[:, 2] ^ g[:, 3])
+    s = 4
     while x.numel() > 1:
         if x.numel() & 1:  # a zero piece in front
             x = torch.cat([x.new_zeros(1), x])
