@@ -264,3 +264,36 @@ def test_the_flight_recorder_writes_the_window_around_a_nan(tmp_path):
     with open(glob.glob(os.path.join(out, ".msprobe", "flight", "*.json"))[0], encoding="utf-8") as fh:
         trig = json.load(fh)
     assert (trig["kind"], trig["step"]) == ("nonfinite", 4) and trig["record"].startswith("Cell."), trig
+
+
+def test_xor_is_folded_by_the_writer_into_msprobes_xor(tmp_path):
+    """xor mode: the training thread queues a copy of each tensor (asnumpy there would wait for the device at
+    each call); the writer thread reads it and folds it into msprobe's XOR of the little-endian words."""
+    code = """
+import json
+import mindspore as ms
+import numpy as np
+from mindspore import mint
+from msprobe_inject.mindspore import PrecisionDebugger
+ms.set_device("CPU")
+json.dump({"task": "statistics", "dump_path": "d", "level": "L1", "statistics": {"summary_mode": "xor"}},
+          open("c.json", "w"))
+dbg = PrecisionDebugger(config_path="c.json")
+x = ms.Tensor(np.arange(-6, 9, dtype=np.float32).reshape(3, 5) / 4)
+dbg.start()
+y = mint.add(x, 1.5)
+dbg.stop()
+dbg.step()
+"""
+    run_py(code, str(tmp_path), env=_env())
+
+    def xor(a: np.ndarray) -> str:
+        b = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+        b = np.concatenate([b, np.zeros((-len(b)) % 8, dtype=np.uint8)])
+        return f"0x{int(np.bitwise_xor.reduce(b.view('<u8'))):016x}"
+
+    doc, _ = _load(str(tmp_path / "d"), 0)
+    rec = doc["data"]["Mint.add.0.forward"]
+    x = np.arange(-6, 9, dtype=np.float32).reshape(3, 5) / 4
+    assert rec["input_args"][0]["md5"] == xor(x)
+    assert rec["output"][0]["md5"] == xor(x + np.float32(1.5))
