@@ -504,7 +504,7 @@ def stat_of(t: torch.Tensor, high_precision: bool):
             return None, None
     # Each result is a tuple of 0-d tensors: on a device they stay there until the writer thread reads a batch
     # of them with one kernel and one copy (_read_scalars). Kernels per device tensor: aminmax; a float's mean
-    # (its norm: one batched kernel per record, _finish_norms); a bool's any and all; a 0-d tensor's copy.
+    # (its norm: one batched kernel per encoded value, _finish_norms); a bool's any and all; a 0-d tensor's copy.
     if t.is_complex():
         a = t.abs()
         mn, mx = torch.aminmax(a)
