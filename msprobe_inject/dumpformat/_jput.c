@@ -66,6 +66,19 @@ w_u32(W *w, char code, Py_ssize_t n)
     return 0;
 }
 
+static int w_obj(W *w, PyObject *o, int depth);
+
+/* the items of a list or a tuple, after their type code and count */
+static int
+w_items(W *w, PyObject **items, Py_ssize_t n, int depth)
+{
+    int rc;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((rc = w_obj(w, items[i], depth)) < 0)
+            return rc;
+    return 0;
+}
+
 static int
 w_obj(W *w, PyObject *o, int depth)
 {
@@ -141,10 +154,7 @@ w_obj(W *w, PyObject *o, int depth)
         Py_ssize_t n = PyList_GET_SIZE(o);
         if ((rc = w_u32(w, '[', n)) < 0)
             return rc;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if ((rc = w_obj(w, PyList_GET_ITEM(o, i), depth + 1)) < 0)
-                return rc;
-        return 0;
+        return w_items(w, ((PyListObject *)o)->ob_item, n, depth + 1);
     }
     if (t == &PyTuple_Type) {
         Py_ssize_t n = PyTuple_GET_SIZE(o);
@@ -156,10 +166,7 @@ w_obj(W *w, PyObject *o, int depth)
         } else if ((rc = w_u32(w, '(', n)) < 0) {
             return rc;
         }
-        for (Py_ssize_t i = 0; i < n; i++)
-            if ((rc = w_obj(w, PyTuple_GET_ITEM(o, i), depth + 1)) < 0)
-                return rc;
-        return 0;
+        return w_items(w, ((PyTupleObject *)o)->ob_item, n, depth + 1);
     }
     if (t == &PyLong_Type) {
         int overflow = 0;

@@ -134,13 +134,16 @@ class JournalFile:
         marshal does not take a value in op."""
         if _put is not None and _put(self, pre, op):
             return True
-        return self.append(pre + frame(op))
+        return self._append(pre + frame(op))  # the C append refused: growth (or a closed journal) here
 
     def append(self, data: bytes) -> bool:
         """False when nothing was appended: the journal failed (the caller logs the first failure), is
         closed, or an append on this thread was interrupted (a signal handler)."""
         if _put is not None and _put(self, data, None):
             return True
+        return self._append(data)
+
+    def _append(self, data: bytes) -> bool:
         if not self.lock.acquire(timeout=1.0):
             return False
         try:

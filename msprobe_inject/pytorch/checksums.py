@@ -16,7 +16,7 @@ value (crc_hex): crc32(M) = ~(shift_n(0xFFFFFFFF) ^ R(M)).
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -26,7 +26,7 @@ _MASK64 = (1 << 64) - 1
 CHUNK = 4 << 20  # bytes folded at once: the fold's temporaries peak near 16x a chunk
 _lock = threading.Lock()
 _basis: Dict[int, Tuple[int, ...]] = {}  # s -> images of the 32 register bits under shift_s (s a power of 2)
-_tables: Dict[tuple, torch.Tensor] = {}  # (device, s) -> shift_s as 4x256 int64 on the device
+_tables: Dict[tuple, torch.Tensor] = {}  # (device, name) -> a table of the fold, on the device
 
 
 def _one_zero_byte(r: int) -> int:
@@ -83,17 +83,6 @@ def xor_hex(word: int) -> str:
     return f"0x{word & _MASK64:016x}"
 
 
-def _table(device: torch.device, s: int) -> torch.Tensor:
-    key = (device, s)
-    t = _tables.get(key)
-    if t is None:
-        with _lock:
-            b = _shift_basis(s)
-            rows = [_apply(b, j << (8 * k)) for k in range(4) for j in range(256)]
-            t = _tables[key] = to_device(torch.tensor(rows, dtype=torch.int64), device)
-    return t
-
-
 _keep: List[torch.Tensor] = []  # pinned sources of copies that may still be in flight
 
 
@@ -108,33 +97,43 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return pinned.to(device, non_blocking=True)
 
 
-_BYTE_SHIFTS: Dict[torch.device, torch.Tensor] = {}
+def _constant(device: torch.device, name: Any, rows: Callable[[], list]) -> torch.Tensor:
+    """The int64 table name on the device, made from rows() on the first use there."""
+    key = (device, name)
+    t = _tables.get(key)
+    if t is None:
+        with _lock:
+            t = _tables.get(key)
+            if t is None:
+                t = _tables[key] = to_device(torch.tensor(rows(), dtype=torch.int64), device)
+    return t
+
+
+def _table(device: torch.device, s: int) -> torch.Tensor:
+    """shift_s (s a power of 2) as 4x256 entries, one row per byte of the register."""
+    return _constant(device, s, lambda: [_apply(_shift_basis(s), j << (8 * k)) for k in range(4) for j in range(256)])
+
+
+def _word_table(device: torch.device) -> torch.Tensor:
+    """R of a 4-byte piece, byte k (0 first) being j: shift_(4-k) of j in the register's low byte; 4x256."""
+    return _constant(device, "word", lambda: [shift(4 - k, j) for k in range(4) for j in range(256)])
 
 
 def _byte_index(device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    t = _BYTE_SHIFTS.get(device)
-    if t is None:
-        t = _BYTE_SHIFTS[device] = to_device(torch.tensor([[0, 8, 16, 24], [0, 256, 512, 768]]), device)
+    """(the shifts that take each byte of a register to the low bits, each byte's offset into a 4x256 table)."""
+    t = _constant(device, "bytes", lambda: [[0, 8, 16, 24], [0, 256, 512, 768]])
     return t[0], t[1]
+
+
+def _xor_columns(g: torch.Tensor) -> torch.Tensor:
+    """The XOR of the 4 looked-up parts of each register (g: n x 4)."""
+    return (g[:, 0] ^ g[:, 1]) ^ (g[:, 2] ^ g[:, 3])
 
 
 def _shifted(a: torch.Tensor, s: int, device: torch.device) -> torch.Tensor:
     """shift_s of every register in a (int64 holding 32 bits)."""
     shifts, offsets = _byte_index(device)
-    idx = ((a.unsqueeze(1) >> shifts) & 255) + offsets
-    g = _table(device, s)[idx]
-    return (g[:, 0] ^ g[:, 1]) ^ (g[:, 2] ^ g[:, 3])
-
-
-def _word_table(device: torch.device) -> torch.Tensor:
-    """R of a 4-byte piece, byte k (0 first) being j: shift_(4-k) of j in the register's low byte; 4x256."""
-    key = (device, "word")
-    t = _tables.get(key)
-    if t is None:
-        with _lock:
-            rows = [shift(4 - k, j) for k in range(4) for j in range(256)]
-            t = _tables[key] = to_device(torch.tensor(rows, dtype=torch.int64), device)
-    return t
+    return _xor_columns(_table(device, s)[((a.unsqueeze(1) >> shifts) & 255) + offsets])
 
 
 def _crc_chunk(b: torch.Tensor) -> torch.Tensor:
@@ -146,8 +145,7 @@ def _crc_chunk(b: torch.Tensor) -> torch.Tensor:
     if pad:
         b = torch.cat([b.new_zeros(pad), b])
     _, offsets = _byte_index(device)
-    g = _word_table(device)[b.view(-1, 4).long() + offsets]
-    x = (g[:, 0] ^ g[:, 1]) ^ (g[:, 2] ^ g[:, 3])
+    x = _xor_columns(_word_table(device)[b.view(-1, 4).long() + offsets])
     s = 4
     while x.numel() > 1:
         if x.numel() & 1:  # a zero piece in front

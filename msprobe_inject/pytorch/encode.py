@@ -201,19 +201,14 @@ def _await_device(dev: torch.device) -> None:
 
 
 def _plain_values(stat) -> list:
-    ts = type(stat)
-    items = stat if ts is tuple or ts is list else (stat,)
-    bad = next((x for x in items if type(x) is not _TENSOR), None)
+    """The figures of one statistic (a tuple of 0-d tensors; a list while a device norm is due)."""
+    bad = next((x for x in stat if type(x) is not _TENSOR), None)
     if bad is not None:
         raise TypeError(f"a {_type_name(bad)} statistic is not read by the writer thread")
-    if ts is tuple or ts is list:
-        if items and items[0].device.type != "cpu":
-            _await_device(items[0].device)
-            return torch.stack(list(items)).tolist()
-        return [x.item() for x in stat]
-    if stat.device.type != "cpu":
-        _await_device(stat.device)
-    return stat.tolist()
+    if stat and not stat[0].is_cpu:
+        _await_device(stat[0].device)
+        return torch.stack(list(stat)).tolist()
+    return [x.item() for x in stat]
 
 
 def resolve(pending: list) -> Optional[Dict[int, str]]:
@@ -246,8 +241,6 @@ def _finish_norms(due: list) -> None:
     (torch._foreach_norm). Before the call runs: an in-place op must not change its inputs' norms."""
     groups: Dict[tuple, tuple] = {}
     for stat in due:
-        if len(stat) != 5:  # already done (one tensor twice in a value, through the statistics cache)
-            continue
         t = stat[4]
         k = (t.device, t.dtype)
         g = groups.get(k)
@@ -264,7 +257,7 @@ def _finish_norms(due: list) -> None:
             except Exception:  # one at a time; a tensor whose norm fails keeps none (the writer names it)
                 norms = [_norm_or_none(t) for t in tensors]
             for stat, norm in zip(stats, norms):
-                if len(stat) == 5:
+                if len(stat) == 5:  # one figure list twice in a value (the statistics cache): done once
                     stat[3] = norm
                     del stat[4]  # the tensor itself is no longer held
     finally:
@@ -286,9 +279,7 @@ def resolve_host(pending: list) -> list:
     filled = False
     for item in pending:
         stat = item[1]
-        ts = type(stat)
-        if (ts is tuple and (not stat or type(stat[0]) is not _TENSOR or stat[0].is_cpu)) \
-                or (ts is _TENSOR and stat.is_cpu):
+        if type(stat) is tuple and stat and type(stat[0]) is _TENSOR and stat[0].is_cpu:
             try:  # one record's few values: .item() each is cheaper than the writer's stacked batch read
                 _fill(item, None)
                 filled = True
@@ -527,13 +518,10 @@ def stat_of(t: torch.Tensor, high_precision: bool):
 
 
 def raw_bytes(t: torch.Tensor):
-    t = t.detach().resolve_conj().resolve_neg()  # the values, not a lazy view's stored bits
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous().reshape(-1)
-    if t.numel() == 0:
+    b = checksums.as_bytes(t)  # the values, not a lazy view's stored bits
+    if b.numel() == 0:
         return memoryview(b"")
-    return t.view(torch.uint8).numpy()
+    return b.cpu().numpy()
 
 
 try:  # ISA-L's CRC-32 is the zlib polynomial, an order of magnitude faster
@@ -778,12 +766,11 @@ class Encoder(entries.EncoderBase):
         if type(t) is not _TENSOR and type(t) is not _PARAM:
             return self._subclass(t, pending, file_name)
         if self.summary == "xor" and not self.structure:
-            if t.is_cpu:
-                return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
-                        "md5": xor_hex(t) if t.dim() else _scalar(t), "requires_grad": t.requires_grad}
             entry = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape), "md5": None,
                      "requires_grad": t.requires_grad}
-            if t.dim() == 0:
+            if t.is_cpu:
+                entry["md5"] = xor_hex(t) if t.dim() else _scalar(t)
+            elif t.dim() == 0:  # a device tensor's: pending
                 pending.append((entry, (t.clone(),), "xs"))
             elif t.numel() and not t.is_meta:
                 pending.append((entry, (checksums.xor_word(t),), "x"))

@@ -9,12 +9,11 @@ import os
 
 import pytest
 import torch
-from util import HERE, run_py
+from util import HERE, PREAMBLE, run_py
 
+# after util's PREAMBLE (imports, seed_all, the two-layer Net)
 SCRIPT = """
-import json, os, sys, threading
 sys.path.insert(0, {here!r})
-import torch, torch.nn as nn, torch.nn.functional as F
 dev = sys.argv[1]
 if dev == "npy":
     import device_standin as stand
@@ -22,21 +21,9 @@ if dev == "npy":
 else:
     stand = None
     to_dev = lambda t: t
-from msprobe_inject.pytorch import PrecisionDebugger, seed_all
-seed_all()
 json.dump({{"task": "statistics", "dump_path": "d", "level": {level!r}, "stat_cache": False,
            "statistics": {{"summary_mode": {summary!r}}}}}, open("c.json", "w"))
 dbg = PrecisionDebugger(config_path="c.json")
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(4, 3)
-        self.fc2 = nn.Linear(3, 2)
-
-    def forward(self, x):
-        return self.fc2(F.relu(self.fc1(x)))
-
 model = Net()
 if dev == "npy":
     model = model.to("npy")
@@ -56,9 +43,6 @@ for step in range(3):
     if stand:
         stand.disarm()
         counts.append(len(stand.kernels) - before)
-if stand and os.environ.get("KDEBUG"):
-    import collections
-    print(collections.Counter(stand.kernels))
 print("RESULT", json.dumps({{"hits": stand.hits if stand else [], "kernels": counts}}))
 """
 
@@ -84,7 +68,8 @@ VALUES = """h = x * 2 + 1
 def _run(tmp_path, dev: str, level: str, summary: str, body: str = TRAIN):
     d = tmp_path / dev
     d.mkdir()
-    proc = run_py(SCRIPT.format(here=HERE, level=level, summary=summary, body=body), str(d), args=(dev,))
+    proc = run_py(PREAMBLE + SCRIPT.format(here=HERE, level=level, summary=summary, body=body), str(d),
+                  args=(dev,))
     result = json.loads(proc.stdout.split("RESULT ", 1)[1])
     records = {}
     for f in sorted(glob.glob(str(d / "d" / "step*" / "*" / "dump.json"))):
