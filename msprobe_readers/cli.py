@@ -20,7 +20,7 @@ import re
 import sys
 from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
-from msprobe_readers import __version__, flight, text
+from msprobe_readers import __version__, flight, reading, text
 from msprobe_readers import diff as dif
 from msprobe_readers import ranks as rk
 from msprobe_readers import summary as sm
@@ -273,6 +273,14 @@ def _tolerance(p: argparse.ArgumentParser, rtol: float, atol: float) -> None:
     p.add_argument("--atol", type=_nonneg, default=atol, metavar="X", help=f"absolute tolerance (default {atol:g})")
 
 
+def _index_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--index", action="store_true",
+                   help="bring the dump's index up to date first (see `index`), then read the records through it")
+    g.add_argument("--no-index", action="store_true",
+                   help="read the JSON files even where the dump's index is up to date")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msprobe-dump",
@@ -293,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only with rich installed, on "
                                                               "a terminal, for dumps over 64 MiB)")
+    _index_options(p)
     p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser("ranks", help="cross-rank consistency under data parallelism",
@@ -309,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tolerance(p, rk.DEFAULT_RTOL, rk.DEFAULT_ATOL)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _index_options(p)
     p.set_defaults(func=cmd_ranks)
 
     p = sub.add_parser("diff", help="two dumps aligned by record name",
@@ -326,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-tensors", action="store_true", help="do not load .pt files (statistics only)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _index_options(p)
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("report", help="a self-contained HTML report",
@@ -347,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tolerance(p, rk.DEFAULT_RTOL, rk.DEFAULT_ATOL)
     p.add_argument("--title", help="page title")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _index_options(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("index", help="write the records' statistics as a Parquet dataset (for sql and any engine)",
@@ -377,6 +389,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         if problem:
             print(f"msprobe-dump {args.command}: {problem}", file=sys.stderr)
             sys.exit(2)
+    if getattr(args, "no_index", False):
+        reading.USE_INDEX = False
+    if getattr(args, "index", False):
+        from msprobe_readers import index
+
+        for path in [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]:
+            if os.path.isdir(path):
+                index.build(path)
     try:
         code = args.func(args)
     except BrokenPipeError:  # `msprobe-dump ... | head`

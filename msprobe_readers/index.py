@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import names, paths
 from msprobe_readers.reading import ProcDir, discover, iter_proc, iter_stacks, record_files
+from msprobe_readers.stats import _is_tensor as is_tensor
 from msprobe_readers.stats import _num
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: data_name, placements, device_mesh, error; [] for a 0-d shape; the file metadata
 
 # The hive partitions (in the directory names, not in the files: engines add them as columns)
 PARTITIONS: List[Tuple[str, str, str]] = [
@@ -40,14 +42,22 @@ COLUMNS: List[Tuple[str, str, str]] = [
     ("direction", "string", '"forward", "backward", "parameters_grad", "debug"'),
     ("arg", "string", 'argument path of the tensor, e.g. "input_args.0", "output.0"; null: no tensor'),
     ("dtype", "string", 'e.g. "torch.float32"'),
-    ("shape", "list<int64>", "tensor shape"),
+    ("shape", "list<int64>", "tensor shape ([] for a 0-d tensor; null when the dump has none)"),
     ("max", "float64", "Max"),
     ("min", "float64", "Min"),
     ("mean", "float64", "Mean"),
     ("norm", "float64", "Norm"),
     ("md5", "string", "md5/xor summary when the dump has one"),
     ("stack_id", "int32", "position of the record's entry in stack.json; null without one"),
+    ("data_name", "string", "the tensor's file under dump_tensor_data (tensor task)"),
+    ("placements", "string", "a DTensor's placements, the JSON text of dump.json's list"),
+    ("device_mesh", "string", "a DTensor's device mesh, the JSON text of dump.json's nested list"),
+    ("error", "string", "why the statistics are missing, when the dump says"),
 ]
+# Each file's key-value metadata under META_KEY (JSON): "sources", {record file: [mtime_ns, size]} as read; "header",
+# dump.json's fields other than data; "errors", [[record file, message]] of what could not be read. With them the
+# readers answer from a file exactly as from the JSON it was built from, and know when it is out of date.
+META_KEY = b"msprobe"
 
 
 def index_root(dump_path: str) -> str:
@@ -66,10 +76,42 @@ def _file_of(dump_path: str, proc: ProcDir) -> str:
     return paths.index_file(dump_path, SCHEMA_VERSION, proc.attempt, proc.step, proc.rank, proc.process, tag)
 
 
-def _source_mtime(proc: ProcDir) -> float:
+def _sources(proc: ProcDir) -> Dict[str, List[int]]:
+    """{file name: [mtime_ns, size]} of what a directory's index file is built from; {} when there is nothing."""
+    out: Dict[str, List[int]] = {}
     files = record_files(proc) or [os.path.join(proc.path, paths.JOURNAL)]
-    times = [os.stat(f).st_mtime for f in files if os.path.exists(f)]
-    return max(times) if times else 0.0
+    for f in files + [os.path.join(proc.path, paths.STACK_JSON)]:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        out[os.path.basename(f)] = [st.st_mtime_ns, st.st_size]
+    return out if len(out) > (paths.STACK_JSON in out) else {}
+
+
+def _meta(file: str) -> Optional[Dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_metadata(file).metadata or {}).get(META_KEY)
+        return json.loads(raw) if raw else None
+    except (OSError, ValueError):
+        return None
+
+
+def fresh_file(proc: ProcDir) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """(index file, its metadata) of a step/rank directory when the file was built from the directory's record
+    files as they are now; else None (no index, out of date, or a file named directly)."""
+    if not proc.dump or proc.file:
+        return None
+    target = _file_of(proc.dump, proc)
+    if not os.path.exists(target):
+        return None
+    meta = _meta(target)
+    if meta is None:
+        return None
+    now = _sources(proc)
+    return (target, meta) if now and now == meta.get("sources") else None
 
 
 def _stack_ids(proc: ProcDir) -> Dict[str, int]:
@@ -93,7 +135,7 @@ def _tensors(value: Any) -> List[Tuple[str, dict]]:
     while stack:
         prefix, v = stack.pop()
         if type(v) is dict:
-            if "Max" in v or "md5" in v or str(v.get("type", "")).endswith(("Tensor", "ndarray")):
+            if is_tensor(v):
                 out.append((prefix, v))
                 continue
             items = [(f"{prefix}.{k}" if prefix else str(k), x) for k, x in v.items() if type(x) in (dict, list)]
@@ -117,12 +159,23 @@ def _kind(name: str) -> Tuple[Optional[str], Optional[str]]:
     return known
 
 
-def row_tuples(proc: ProcDir) -> Iterator[tuple]:
-    """The index rows of one step/rank directory, in execution order, as tuples in ``COLUMNS`` order."""
+def _json_text(value: Any) -> Optional[str]:
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, list) else None
+
+
+def row_tuples(proc: ProcDir, header: Optional[Dict[str, Any]] = None,
+               errors: Optional[List[Tuple[str, str]]] = None) -> Iterator[tuple]:
+    """The index rows of one step/rank directory, in execution order, as tuples in ``COLUMNS`` order; dump.json's
+    header fields go into ``header`` and what could not be read into ``errors`` (file name, message)."""
     stacks = _stack_ids(proc)
     root, process = proc.root, proc.process
     num = _num
-    for position, name, value, _ in iter_proc(proc):
+
+    def failed(file: str, exc: Exception) -> None:
+        if errors is not None:
+            errors.append((os.path.relpath(file, proc.path), str(exc)))
+
+    for position, name, value, _ in iter_proc(proc, failed, header, indexed=False):
         kind, direction = _kind(name)
         stack_id = stacks.get(name)
         found = False
@@ -131,12 +184,16 @@ def row_tuples(proc: ProcDir) -> Iterator[tuple]:
             shape = e.get("shape")
             md5 = e.get("md5")
             dtype = e.get("dtype")
+            data_name = e.get("data_name")
+            error = e.get("error")
             yield (root, process, position, name, kind, direction, path, dtype if isinstance(dtype, str) else None,
-                   shape if isinstance(shape, list) and shape else None, num(e.get("Max")), num(e.get("Min")),
-                   num(e.get("Mean")), num(e.get("Norm")), str(md5) if md5 is not None else None, stack_id)
+                   shape if isinstance(shape, list) else None, num(e.get("Max")), num(e.get("Min")),
+                   num(e.get("Mean")), num(e.get("Norm")), str(md5) if md5 is not None else None, stack_id,
+                   data_name if isinstance(data_name, str) else None, _json_text(e.get("placements")),
+                   _json_text(e.get("device_mesh")), error if isinstance(error, str) else None)
         if not found:
             yield (root, process, position, name, kind, direction, None, None, None, None, None, None, None, None,
-                   stack_id)
+                   stack_id, None, None, None, None)
 
 
 def rows(proc: ProcDir) -> Iterator[Dict[str, Any]]:
@@ -149,8 +206,9 @@ def rows(proc: ProcDir) -> Iterator[Dict[str, Any]]:
 BATCH_ROWS = 100_000  # rows per row group: memory stays bounded for a dump.json of any size
 
 
-def _write(path: str, source: Iterator[tuple]) -> int:
-    """Stream row tuples into a new Parquet file at ``path`` (atomically replaced); returns the number of rows."""
+def _write(path: str, source: Iterator[tuple], meta: Optional[Dict[str, Any]] = None) -> int:
+    """Stream row tuples into a new Parquet file at ``path`` (atomically replaced), with ``meta`` (as it is once the
+    rows are written: reading them fills it) as its ``META_KEY`` metadata; returns the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -181,6 +239,8 @@ def _write(path: str, source: Iterator[tuple]) -> int:
         if batch or not total:
             total += len(batch)
             writer.write_table(table(batch))
+        if meta is not None:
+            writer.add_key_value_metadata({META_KEY: json.dumps(meta, allow_nan=True).encode()})
     os.chmod(tmp, files.FILE_MODE)
     os.replace(tmp, path)
     return total
@@ -203,14 +263,83 @@ def build(dump_path: str, force: bool = False, select: Optional[Callable[[ProcDi
 
 def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], bool]], done: Dict[str, int]) -> None:
     for proc in discover(dump_path):
-        if proc.file or (select is not None and not select(proc)):
-            continue
-        target = _file_of(dump_path, proc)
-        if not force and os.path.exists(target) and os.stat(target).st_mtime >= _source_mtime(proc):
+        if not proc.dump or proc.file or (select is not None and not select(proc)):
+            continue  # a directory named directly (a rank or step directory) has no index of its own
+        if not force and fresh_file(proc) is not None:
             done["skipped"] += 1
             continue
-        done["rows"] += _write(target, row_tuples(proc))
+        sources = _sources(proc)  # before reading: a file that changes while it is read leaves the index stale
+        header: Dict[str, Any] = {}
+        errors: List[Tuple[str, str]] = []
+        done["rows"] += _write(_file_of(dump_path, proc), row_tuples(proc, header, errors),
+                               {"sources": sources, "header": header, "errors": errors})
         done["directories"] += 1
+
+
+_READ = ("SELECT position, record, arg, dtype, shape, max, min, mean, norm, md5, data_name, placements, device_mesh, "
+         "error FROM read_parquet(?)")
+_CONNECTION: List[Any] = []  # [pid, connection]: one DuckDB connection per process for the readers' scans
+
+
+def _connection() -> Any:
+    if not _CONNECTION or _CONNECTION[0] != os.getpid():
+        import duckdb
+
+        _CONNECTION[:] = [os.getpid(), duckdb.connect()]
+    return _CONNECTION[1]
+
+
+def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
+                 on_error: Optional[Callable[[str, Exception], None]] = None, header: Optional[Dict[str, Any]] = None,
+                 progress: Optional[Callable[[int], None]] = None) -> Iterator[Tuple[int, str, Any, bool]]:
+    """``reading.iter_proc`` of a directory, answered by DuckDB from its index file: each record is rebuilt from its
+    rows as a value whose tensor entries sit at the same argument paths, so every analysis sees the same leaves,
+    statistics and non-finite values as from dump.json (non-tensor arguments are not in the index)."""
+    if header is not None:
+        header.update(meta.get("header") or {})
+    cursor = _connection().execute(_READ, [file])
+    current: Optional[int] = None
+    name = ""
+    value: Any = None
+    while True:
+        batch = cursor.fetchmany(BATCH_ROWS)
+        if not batch:
+            break
+        for position, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in batch:
+            if position != current:
+                if current is not None:
+                    yield current, name, value, True
+                current, name, value = position, record, {}
+            if arg is None:
+                continue
+            entry: Dict[str, Any] = {"dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
+            if md5 is not None:
+                entry["md5"] = md5
+            if data_name is not None:
+                entry["data_name"] = data_name
+            if placements is not None:
+                entry["placements"] = json.loads(placements)
+            if mesh is not None:
+                entry["device_mesh"] = json.loads(mesh)
+            if error is not None:
+                entry["error"] = error
+            if not arg:  # the record is itself a tensor (a debug save)
+                value = entry
+                continue
+            # two levels are enough: paths are rebuilt by joining keys with ".", and the analyses look up only the
+            # first level ("output", "parameters")
+            head, dot, rest = arg.partition(".")
+            if dot:
+                value.setdefault(head, {})[rest] = entry
+            else:
+                value[head] = entry
+    if current is not None:
+        yield current, name, value, True
+    if progress is not None:
+        progress(sum(size for f, (_, size) in meta.get("sources", {}).items() if f != paths.STACK_JSON))
+    if on_error is not None:
+        for f, message in meta.get("errors") or []:
+            on_error(os.path.join(proc.path, f), ValueError(message))
 
 
 def exists(dump_path: str) -> bool:

@@ -53,6 +53,7 @@ class ProcDir:
     rank: Optional[int]
     path: str  # the directory
     file: Optional[str] = None  # a specific dump.json, when one was named
+    dump: str = ""  # the dump path it was found under (where its index lives); "" for a directory named directly
 
     @property
     def label(self) -> str:
@@ -297,11 +298,11 @@ def _single(directory: str, file: Optional[str] = None) -> ProcDir:
                    rank=parsed.rank if parsed else None, path=directory, file=file)
 
 
-def _procs_of_step(step_dir: str, step: int, root: str, attempt: int) -> Iterator[ProcDir]:
+def _procs_of_step(step_dir: str, step: int, root: str, attempt: int, dump: str = "") -> Iterator[ProcDir]:
     for entry in _subdirs(step_dir):
         parsed = paths.parse_process(entry.name)
         if parsed is not None:
-            yield ProcDir(root, attempt, step, entry.name, parsed.rank, entry.path)
+            yield ProcDir(root, attempt, step, entry.name, parsed.rank, entry.path, dump=dump)
 
 
 def discover(dump_path: str) -> List[ProcDir]:
@@ -316,13 +317,13 @@ def discover(dump_path: str) -> List[ProcDir]:
     found: List[ProcDir] = []
     step = paths.parse_step(os.path.basename(os.path.abspath(dump_path)))
     if step is not None:
-        found.extend(_procs_of_step(dump_path, step, ".", 0))
+        found.extend(_procs_of_step(dump_path, step, ".", 0))  # a step directory: no index of its own
     for root, attempt in _roots(dump_path):
         rel = os.path.relpath(root, dump_path)
         for step_entry in _subdirs(root):
             step = paths.parse_step(step_entry.name)
             if step is not None:
-                found.extend(_procs_of_step(step_entry.path, step, rel, attempt))
+                found.extend(_procs_of_step(step_entry.path, step, rel, attempt, dump_path))
 
     def order(p: ProcDir) -> Tuple:  # step-major, so that cross-rank analyses can finish a step at a time
         return (p.attempt, p.duplicate, p.root, p.step, p.rank if p.rank is not None else 1 << 30, p.process)
@@ -340,16 +341,27 @@ def record_files(proc: ProcDir) -> List[str]:
 
 
 RecordFn = Callable[[ProcDir, int, str, Any], None]  # (directory, position, record name, record)
+USE_INDEX = True  # read a directory through the dump's index when its file there is up to date (--no-index: never)
 
 
 def iter_proc(proc: ProcDir, on_error: Optional[Callable[[str, Exception], None]] = None,
-              header: Optional[Dict[str, Any]] = None, progress: Optional[ProgressFn] = None
-              ) -> Iterator[Tuple[int, str, Any, bool]]:
+              header: Optional[Dict[str, Any]] = None, progress: Optional[ProgressFn] = None,
+              indexed: bool = True) -> Iterator[Tuple[int, str, Any, bool]]:
     """(position, record name, record, may hold NaN/Inf) of one step/rank directory, in execution order.
 
-    Reads dump.json (and debug.json); with neither, rebuilds the records from dump.journal. A file that
-    cannot be read (or read to its end) goes to ``on_error`` after what was readable of it.
+    When the dump has an index (``msprobe-dump index``) whose file for this directory was built from its record
+    files as they are now, DuckDB reads the records from it (``index.iter_indexed``: the same leaves, without
+    parsing JSON). Otherwise reads dump.json (and debug.json); with neither, rebuilds the records from
+    dump.journal. A file that cannot be read (or read to its end) goes to ``on_error`` after what was readable
+    of it.
     """
+    if indexed and USE_INDEX and proc.dump and not proc.file:
+        from msprobe_readers import index  # imported here: the index is built by reading through this module
+
+        fresh = index.fresh_file(proc) if index.exists(proc.dump) else None
+        if fresh is not None:
+            yield from index.iter_indexed(proc, fresh[0], fresh[1], on_error, header, progress)
+            return
     files = record_files(proc)
     position = 0
     sources: List[Tuple[str, Callable[[], Iterator[Tuple[str, Any, bool]]], Tuple[type, ...]]] = []

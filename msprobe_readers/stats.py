@@ -96,7 +96,9 @@ def _num(value: Any) -> Optional[float]:
 
 
 def _is_tensor(value: dict) -> bool:
-    return "Max" in value or "md5" in value or str(value.get("type", "")).endswith(("Tensor", "ndarray"))
+    """A tensor entry: it has a statistic or an md5, or says it is a tensor (as dumpformat.nonfinite reads them)."""
+    return ("Max" in value or "md5" in value or "Norm" in value or "Mean" in value or "Min" in value
+            or str(value.get("type", "")).endswith(("Tensor", "ndarray")))
 
 
 def iter_tensors(value: Any, prefix: str = "") -> Iterator[Tuple[str, dict]]:

@@ -40,12 +40,15 @@ def has_nonfinite(value: Any) -> bool:
 
 
 def nonfinite_leaves(value: Any, prefix: str = "") -> List[Tuple[str, str, Any]]:
-    """(leaf path, statistic, value) of every non-finite statistic below ``value``: ("input_args.0", "Max", nan)."""
+    """(leaf path, statistic, value) of every non-finite statistic below ``value``: ("input_args.0", "Max", nan).
+    The value is a float however the dump spells it (a quoted "NaN" is nan): readers of the index, which holds
+    floats, give the same answer."""
     out: List[Tuple[str, str, Any]] = []
     if isinstance(value, dict):
         for stat in STATS:
-            if is_nonfinite(value.get(stat)):
-                out.append((prefix, stat, value.get(stat)))
+            x = value.get(stat)
+            if is_nonfinite(x):
+                out.append((prefix, stat, float(x.strip()) if isinstance(x, str) else x))
         for k, v in value.items():
             if isinstance(v, (dict, list)):
                 out.extend(nonfinite_leaves(v, f"{prefix}.{k}" if prefix else str(k)))

@@ -8,12 +8,14 @@ import os
 
 import pytest
 
-from msprobe_readers import index, summary
+from msprobe_readers import index, reading, summary
+from msprobe_readers import stats as st
 
 from .reader_util import NAN, dump_cli, fwd, leaf, write_dump
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
+pytestmark = pytest.mark.json_only  # these tests build and read the index themselves
 
 
 def _job(root):
@@ -78,3 +80,43 @@ def test_the_cli_indexes_and_queries(tmp_path):
     assert json.loads(proc.stdout) == [{"n": 1}]
     proc = dump_cli(["sql", str(dump), "SELECT nope FROM records"], tmp_path)
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def _records(dump):
+    seen = []
+    summary.summarize(str(dump), on_record=lambda proc, position, name, value: seen.append(
+        (proc.root, proc.step, proc.process, position, name, st.leaves(value))))
+    return seen
+
+
+def test_the_readers_answer_from_an_up_to_date_index_without_parsing_json(tmp_path, monkeypatch):
+    dump = tmp_path / "d"
+    _job(dump)
+    by_json = _records(dump)
+    index.build(str(dump))
+
+    def no_json(*args, **kwargs):
+        raise AssertionError("a record file was parsed")
+
+    monkeypatch.setattr(reading, "_iter_flagged", no_json)
+    by_index = _records(dump)
+    assert len(by_index) == 17 and repr(by_index) == repr(by_json)  # repr: NaN equals NaN
+    (rank1,) = [s for s in summary.summarize(str(dump)) if s.rank == 1 and s.root == "."]
+    assert rank1.first_nan == (1, "Functional.relu.0.forward") and rank1.nan.leaves[0][:2] == ("input_args.0", "Max")
+
+
+def test_a_directory_changed_since_it_was_indexed_is_read_from_its_json(tmp_path, monkeypatch):
+    dump = tmp_path / "d"
+    _job(dump)
+    index.build(str(dump))
+    changed = dump / "step1" / "rank0"
+    write_dump(changed, {"Functional.add.0.forward": fwd(leaf(mx=7.0))})
+    parsed = []
+    plain = reading._iter_flagged
+    monkeypatch.setattr(reading, "_iter_flagged", lambda path, *a: parsed.append(path) or plain(path, *a))
+    seen = _records(dump)
+    assert parsed == [str(changed / "dump.json")]
+    assert [(n, leaves[0].stats[0]) for r, step, p, _, n, leaves in seen if (step, p) == (1, "rank0")] == \
+        [("Functional.add.0.forward", 7.0)]
+    os.remove(changed / "dump.json")  # and a directory whose records are gone is not answered from the index
+    assert not [x for x in _records(dump) if (x[1], x[2]) == (1, "rank0")]
