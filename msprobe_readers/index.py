@@ -278,6 +278,7 @@ def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], boo
 
 _READ = ("SELECT position, record, arg, dtype, shape, max, min, mean, norm, md5, data_name, placements, device_mesh, "
          "error FROM read_parquet(?)")
+_NONFINITE = " OR ".join(f"isnan({c}) OR isinf({c})" for c in ("max", "min", "mean", "norm"))
 _CONNECTION: List[Any] = []  # [pid, connection]: one DuckDB connection per process for the readers' scans
 
 
@@ -289,15 +290,24 @@ def _connection() -> Any:
     return _CONNECTION[1]
 
 
+def source_bytes(meta: Dict[str, Any]) -> int:
+    """The size of the record files an index file was built from (what a progress bar over them counts)."""
+    return sum(size for f, (_, size) in (meta.get("sources") or {}).items() if f != paths.STACK_JSON)
+
+
 def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
                  on_error: Optional[Callable[[str, Exception], None]] = None, header: Optional[Dict[str, Any]] = None,
-                 progress: Optional[Callable[[int], None]] = None) -> Iterator[Tuple[int, str, Any, bool]]:
+                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None
+                 ) -> Iterator[Tuple[int, str, Any, bool]]:
     """``reading.iter_proc`` of a directory, answered by DuckDB from its index file: each record is rebuilt from its
     rows as a value whose tensor entries sit at the same argument paths, so every analysis sees the same leaves,
     statistics and non-finite values as from dump.json (non-tensor arguments are not in the index)."""
     if header is not None:
         header.update(meta.get("header") or {})
-    cursor = _connection().execute(_READ, [file])
+    if position is None:
+        cursor = _connection().execute(_READ, [file])
+    else:  # one record
+        cursor = _connection().execute(_READ + " WHERE position = ?", [file, position])
     current: Optional[int] = None
     name = ""
     value: Any = None
@@ -305,11 +315,11 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
         batch = cursor.fetchmany(BATCH_ROWS)
         if not batch:
             break
-        for position, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in batch:
-            if position != current:
+        for at, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in batch:
+            if at != current:
                 if current is not None:
                     yield current, name, value, True
-                current, name, value = position, record, {}
+                current, name, value = at, record, {}
             if arg is None:
                 continue
             entry: Dict[str, Any] = {"dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
@@ -335,11 +345,56 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
                 value[head] = entry
     if current is not None:
         yield current, name, value, True
+    if position is not None:
+        return
     if progress is not None:
-        progress(sum(size for f, (_, size) in meta.get("sources", {}).items() if f != paths.STACK_JSON))
+        progress(source_bytes(meta))
     if on_error is not None:
         for f, message in meta.get("errors") or []:
             on_error(os.path.join(proc.path, f), ValueError(message))
+
+
+def _glob(dump_path: str) -> str:
+    return os.path.join(index_root(dump_path), "**", "*.parquet").replace("'", "''")
+
+
+# (metadata, records, position of the first record with a NaN/Inf statistic, its name)
+StepFigures = Tuple[Dict[str, Any], int, Optional[int], Optional[str]]
+
+
+def step_figures(dump_path: str) -> Dict[str, StepFigures]:
+    """Per index file (normalised path): its metadata, its number of records and its first record with a NaN/Inf
+    statistic; two DuckDB scans of the whole dataset instead of a read per directory (what ``summary`` needs)."""
+    con = _connection()
+    glob = _glob(dump_path)
+    try:
+        metas = {os.path.normpath(f): json.loads(v) for f, v in con.execute(
+            f"SELECT file_name, decode(value) FROM parquet_kv_metadata('{glob}') "
+            f"WHERE decode(key) = '{META_KEY.decode()}'").fetchall()}
+        counted = con.execute(
+            f"SELECT filename, count(DISTINCT position), min(position) FILTER (WHERE {_NONFINITE}), "
+            f"arg_min(record, position) FILTER (WHERE {_NONFINITE}) "
+            f"FROM read_parquet('{glob}', filename = true, hive_partitioning = false) GROUP BY filename").fetchall()
+    except Exception:  # no file yet, or one being replaced: every directory is read from its JSON
+        return {}
+    out: Dict[str, StepFigures] = {}
+    for f, records, position, record in counted:
+        meta = metas.get(os.path.normpath(f))
+        if meta is not None:
+            out[os.path.normpath(f)] = (meta, records, position, record)
+    return out
+
+
+def figures_of(proc: ProcDir, figures: Dict[str, StepFigures]) -> Optional[Tuple[str, StepFigures]]:
+    """(index file, figures) of a directory whose index file is up to date (as ``fresh_file``), else None."""
+    if not proc.dump or proc.file:
+        return None
+    file = _file_of(proc.dump, proc)
+    got = figures.get(os.path.normpath(file))
+    if got is None:
+        return None
+    now = _sources(proc)
+    return (file, got) if now and now == got[0].get("sources") else None
 
 
 def exists(dump_path: str) -> bool:
@@ -351,7 +406,7 @@ def connect(dump_path: str) -> Any:
     import duckdb
 
     con = duckdb.connect()
-    pattern = os.path.join(index_root(dump_path), "**", "*.parquet").replace("'", "''")
+    pattern = _glob(dump_path)
     types = ", ".join(f"'{name}': INTEGER" for name, _, _ in PARTITIONS)
     con.execute(f"CREATE VIEW records AS SELECT * FROM read_parquet('{pattern}', hive_partitioning = true, "
                 f"hive_types = {{{types}}})")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import stepsummary
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite, nonfinite_leaves
+from msprobe_readers import index, reading
 from msprobe_readers.reading import (
     Frame,
     ProcDir,
@@ -88,6 +89,27 @@ def _attach_stack(hit: NanHit) -> None:
     hit.source = user_frame(hit.stack)
 
 
+def _from_index(s: RankSummary, row: StepSummary, proc: ProcDir, indexed: Tuple[str, index.StepFigures],
+                failed: Callable[[str, Exception], None], header: Dict[str, Any],
+                progress: Optional[ProgressFn]) -> None:
+    """A step row from the index's figures; the first NaN/Inf record alone is read (for its leaves)."""
+    file, (meta, records, position, record) = indexed
+    header.update(meta.get("header") or {})
+    row.records = records
+    if position is not None:
+        row.first_nan = (position, record)
+        if s.nan is None:
+            s.first_nan = (proc.step, record)
+            leaves = [leaf for _, _, value, _ in index.iter_indexed(proc, file, meta, position=position)
+                      for leaf in nonfinite_leaves(value)]
+            s.nan = NanHit(label=s.label, rank=s.rank, attempt=s.attempt, step=proc.step, position=position,
+                           record=record, leaves=leaves, path=proc.path)
+    if progress is not None:
+        progress(index.source_bytes(meta))
+    for f, message in meta.get("errors") or []:
+        failed(os.path.join(proc.path, f), ValueError(message))
+
+
 def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Optional[ProgressFn] = None,
               stacks: bool = True, select: Optional[Callable[[ProcDir], bool]] = None) -> List[RankSummary]:
     """One RankSummary per (root, rank/proc directory), ordered by attempt, root and rank; only the
@@ -100,7 +122,12 @@ def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Op
     frames.
     """
     found: Dict[Tuple[str, str], RankSummary] = {}
-    for proc in discover(dump_path):
+    # Without on_record, a directory with an up-to-date index file is summarised from one DuckDB pass over the
+    # whole index: its number of records and first NaN/Inf, without reading a record
+    procs = discover(dump_path)
+    figures = (index.step_figures(dump_path) if on_record is None and reading.USE_INDEX and os.path.isdir(dump_path)
+               and index.exists(dump_path) else {})
+    for proc in procs:
         if select is not None and not select(proc):
             continue
         s = found.get(proc.key)
@@ -128,7 +155,11 @@ def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Op
             row.errors += 1
             s.problems.append(f"step{proc.step}/{proc.process}/{os.path.basename(file)}: unreadable ({exc})")
 
-        for position, name, value, suspect in iter_proc(proc, failed, header, progress) if done is None else ():
+        indexed = index.figures_of(proc, figures) if figures and done is None else None
+        if indexed is not None:
+            _from_index(s, row, proc, indexed, failed, header, progress)
+        for position, name, value, suspect in (iter_proc(proc, failed, header, progress) if done is None and
+                                               indexed is None else ()):
             row.records += 1
             if row.first_nan is None and suspect and has_nonfinite(value):
                 row.first_nan = (position, name)

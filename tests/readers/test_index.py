@@ -120,3 +120,17 @@ def test_a_directory_changed_since_it_was_indexed_is_read_from_its_json(tmp_path
         [("Functional.add.0.forward", 7.0)]
     os.remove(changed / "dump.json")  # and a directory whose records are gone is not answered from the index
     assert not [x for x in _records(dump) if (x[1], x[2]) == (1, "rank0")]
+
+
+def test_the_summary_counts_from_one_pass_over_the_index_and_reads_only_the_first_nan(tmp_path, monkeypatch):
+    dump = tmp_path / "d"
+    _job(dump)
+    by_json = summary.summarize(str(dump))
+    index.build(str(dump))
+    monkeypatch.setattr(reading, "_iter_flagged", lambda *a: (_ for _ in ()).throw(AssertionError("JSON parsed")))
+    reads = []
+    plain = index.iter_indexed
+    monkeypatch.setattr(index, "iter_indexed", lambda *a, **k: reads.append(k.get("position")) or plain(*a, **k))
+    by_index = summary.summarize(str(dump))
+    assert reads == [1]  # rank 1's NaN record at step 1, position 1: nothing else is read record by record
+    assert repr(by_index) == repr(by_json)
