@@ -171,10 +171,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
                              steps=args.step)
     progress, done = _progress([args.dump], not args.no_progress)
     try:
-        sm.summarize(args.dump, on_record=checker.on_record, progress=progress, stacks=False)
+        result = rk.check_dump(args.dump, checker, progress)
     finally:
         done()
-    result = checker.finish()
     if args.json:
         out = {"dump_path": args.dump, "labels": result.labels, "steps": result.steps, "compared": result.compared,
                "first": {k: _jsonable(v) for k, v in result.first.items()}, "counts": result.counts,

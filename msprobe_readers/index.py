@@ -297,17 +297,21 @@ def source_bytes(meta: Dict[str, Any]) -> int:
 
 def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
                  on_error: Optional[Callable[[str, Exception], None]] = None, header: Optional[Dict[str, Any]] = None,
-                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None
-                 ) -> Iterator[Tuple[int, str, Any, bool]]:
+                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None,
+                 where: Optional[Tuple[str, List[Any]]] = None) -> Iterator[Tuple[int, str, Any, bool]]:
     """``reading.iter_proc`` of a directory, answered by DuckDB from its index file: each record is rebuilt from its
     rows as a value whose tensor entries sit at the same argument paths, so every analysis sees the same leaves,
     statistics and non-finite values as from dump.json (non-tensor arguments are not in the index)."""
     if header is not None:
         header.update(meta.get("header") or {})
-    if position is None:
-        cursor = _connection().execute(_READ, [file])
-    else:  # one record
+    if position is not None:  # one record
         cursor = _connection().execute(_READ + " WHERE position = ?", [file, position])
+    elif where is not None:  # the whole of each record one of whose rows meets the condition
+        cursor = _connection().execute(
+            _READ + f" WHERE position IN (SELECT position FROM read_parquet(?) WHERE {where[0]})",
+            [file, file] + list(where[1]))
+    else:
+        cursor = _connection().execute(_READ, [file])
     current: Optional[int] = None
     name = ""
     value: Any = None

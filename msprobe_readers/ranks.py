@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 from msprobe_inject.dumpformat import names
 from msprobe_readers import stats as st
-from msprobe_readers.reading import ProcDir, iter_construct, iter_stacks
+from msprobe_readers.reading import ProcDir, ProgressFn, discover, iter_construct, iter_proc, iter_stacks
 
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
@@ -97,6 +97,17 @@ class _Proc:
         self.params: Dict[Tuple, List[str]] = {}  # (shape, stats) -> parameter names, to name optimizer records
 
 
+def check_dump(dump_path: str, checker: RankChecker, progress: Optional[ProgressFn] = None) -> RanksResult:
+    """Run ``checker`` over a dump. A directory read through the index yields only the records the checker keeps
+    (``wanted``), so a step of thousands of ranks costs what its parameters, gradients and optimizer records do."""
+    for proc in discover(dump_path):
+        if checker.enter(proc) is None:
+            continue
+        for position, name, value, _ in iter_proc(proc, progress=progress, index_filter=checker.wanted(proc)):
+            checker.on_record(proc, position, name, value)
+    return checker.finish()
+
+
 class RankChecker:
     """Collects the records that must agree across ranks (``on_record``) and compares them a step at a time."""
 
@@ -118,11 +129,12 @@ class RankChecker:
         self._lonely: List[int] = []  # steps with a single rank
 
     # ---- collection ----
-    def on_record(self, proc: ProcDir, position: int, name: str, value: Any) -> None:
+    def enter(self, proc: ProcDir) -> Optional[_Proc]:
+        """Start (or continue) a step/rank directory; None when it is not compared."""
         if proc.duplicate:
-            return  # duplicate ranks are not replicas of the job's ranks
+            return None  # duplicate ranks are not replicas of the job's ranks
         if self.steps is not None and proc.step not in self.steps:
-            return
+            return None
         group = (proc.root, proc.step)
         if group != self._group:
             self._finish_group()
@@ -132,7 +144,19 @@ class RankChecker:
             p = self._procs[proc.key] = _Proc(proc)
             self._labels.setdefault(proc.label, (proc.attempt, proc.rank if proc.rank is not None else 1 << 30,
                                                  proc.process, proc.root))
-        if not isinstance(value, dict):
+        return p
+
+    def wanted(self, proc: ProcDir) -> Optional[Tuple[str, List[Any]]]:
+        """An index filter (SQL condition, parameters) selecting at least every record ``on_record`` keeps from
+        this directory, or None when only reading every record will do (user patterns are Python regexes)."""
+        if self.patterns or not self.defaults:
+            return None
+        return (f"direction = '{names.PARAMETERS_GRAD}' OR starts_with(arg, 'parameters.') OR "
+                "list_contains(?, record)", [sorted(self._optimizer_keys(proc))])
+
+    def on_record(self, proc: ProcDir, position: int, name: str, value: Any) -> None:
+        p = self.enter(proc)
+        if p is None or not isinstance(value, dict):
             return
         mod = names.module_path(name)
         if mod is not None and isinstance(value.get("parameters"), dict) and value["parameters"]:

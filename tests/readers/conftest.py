@@ -9,11 +9,11 @@ from typing import List
 
 import pytest
 
-from msprobe_readers import cli, diff, index, reading, summary
+from msprobe_readers import cli, diff, index, ranks, reading, summary
 
 from . import reader_util
 
-_READERS = (reading, summary, diff, cli)  # every module that holds discover
+_READERS = (reading, summary, diff, ranks, cli)  # every module that holds discover
 
 
 @pytest.fixture(autouse=True, params=["json", "index"])
