@@ -276,8 +276,8 @@ def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], boo
         done["directories"] += 1
 
 
-_READ = ("SELECT position, record, arg, dtype, shape, max, min, mean, norm, md5, data_name, placements, device_mesh, "
-         "error FROM read_parquet(?)")
+_COLUMNS_READ = ("position, record, arg, dtype, shape, max, min, mean, norm, md5, data_name, placements, device_mesh, "
+                 "error")
 _NONFINITE = " OR ".join(f"isnan({c}) OR isinf({c})" for c in ("max", "min", "mean", "norm"))
 _CONNECTION: List[Any] = []  # [pid, connection]: one DuckDB connection per process for the readers' scans
 
@@ -286,7 +286,9 @@ def _connection() -> Any:
     if not _CONNECTION or _CONNECTION[0] != os.getpid():
         import duckdb
 
-        _CONNECTION[:] = [os.getpid(), duckdb.connect()]
+        con = duckdb.connect()
+        con.execute("SET enable_progress_bar = false")  # stdout is the readers'
+        _CONNECTION[:] = [os.getpid(), con]
     return _CONNECTION[1]
 
 
@@ -295,60 +297,73 @@ def source_bytes(meta: Dict[str, Any]) -> int:
     return sum(size for f, (_, size) in (meta.get("sources") or {}).items() if f != paths.STACK_JSON)
 
 
-def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
-                 on_error: Optional[Callable[[str, Exception], None]] = None, header: Optional[Dict[str, Any]] = None,
-                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None,
-                 where: Optional[Tuple[str, List[Any]]] = None) -> Iterator[Tuple[int, str, Any, bool]]:
-    """``reading.iter_proc`` of a directory, answered by DuckDB from its index file: each record is rebuilt from its
-    rows as a value whose tensor entries sit at the same argument paths, so every analysis sees the same leaves,
-    statistics and non-finite values as from dump.json (non-tensor arguments are not in the index)."""
-    if header is not None:
-        header.update(meta.get("header") or {})
-    if position is not None:  # one record
-        cursor = _connection().execute(_READ + " WHERE position = ?", [file, position])
-    elif where is not None:  # the whole of each record one of whose rows meets the condition
-        cursor = _connection().execute(
-            _READ + f" WHERE position IN (SELECT position FROM read_parquet(?) WHERE {where[0]})",
-            [file, file] + list(where[1]))
-    else:
-        cursor = _connection().execute(_READ, [file])
-    current: Optional[int] = None
-    name = ""
-    value: Any = None
+def _rows(cursor: Any) -> Iterator[tuple]:
     while True:
         batch = cursor.fetchmany(BATCH_ROWS)
         if not batch:
-            break
-        for at, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in batch:
-            if at != current:
-                if current is not None:
-                    yield current, name, value, True
-                current, name, value = at, record, {}
-            if arg is None:
-                continue
-            entry: Dict[str, Any] = {"dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
-            if md5 is not None:
-                entry["md5"] = md5
-            if data_name is not None:
-                entry["data_name"] = data_name
-            if placements is not None:
-                entry["placements"] = json.loads(placements)
-            if mesh is not None:
-                entry["device_mesh"] = json.loads(mesh)
-            if error is not None:
-                entry["error"] = error
-            if not arg:  # the record is itself a tensor (a debug save)
-                value = entry
-                continue
-            # two levels are enough: paths are rebuilt by joining keys with ".", and the analyses look up only the
-            # first level ("output", "parameters")
-            head, dot, rest = arg.partition(".")
-            if dot:
-                value.setdefault(head, {})[rest] = entry
-            else:
-                value[head] = entry
+            return
+        yield from batch
+
+
+def _rebuild(rows: Iterator[tuple]) -> Iterator[Tuple[int, int, str, Any]]:
+    """(file key, position, record name, value) from rows (file key, then ``_COLUMNS_READ``) in file order: each
+    record's value holds its tensor entries at the same argument paths as in dump.json, so every analysis sees the
+    same leaves, statistics and non-finite values (non-tensor arguments are not in the index)."""
+    current: Optional[Tuple[int, int]] = None
+    name = ""
+    value: Any = None
+    for key, at, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in rows:
+        if (key, at) != current:
+            if current is not None:
+                yield current[0], current[1], name, value
+            current, name, value = (key, at), record, {}
+        if arg is None:
+            continue
+        entry: Dict[str, Any] = {"dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
+        if md5 is not None:
+            entry["md5"] = md5
+        if data_name is not None:
+            entry["data_name"] = data_name
+        if placements is not None:
+            entry["placements"] = json.loads(placements)
+        if mesh is not None:
+            entry["device_mesh"] = json.loads(mesh)
+        if error is not None:
+            entry["error"] = error
+        if not arg:  # the record is itself a tensor (a debug save)
+            value = entry
+            continue
+        # two levels are enough: paths are rebuilt by joining keys with ".", and the analyses look up only the
+        # first level ("output", "parameters")
+        head, dot, rest = arg.partition(".")
+        if dot:
+            value.setdefault(head, {})[rest] = entry
+        else:
+            value[head] = entry
     if current is not None:
-        yield current, name, value, True
+        yield current[0], current[1], name, value
+
+
+def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
+                 on_error: Optional[Callable[[str, Exception], None]] = None, header: Optional[Dict[str, Any]] = None,
+                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None,
+                 where: Optional[Tuple[str, Dict[str, Any]]] = None) -> Iterator[Tuple[int, str, Any, bool]]:
+    """``reading.iter_proc`` of a directory, answered by DuckDB from its index file (``_rebuild``); only the
+    record at ``position``, or only the records with a row that meets ``where`` (SQL condition, its named
+    parameters)."""
+    if header is not None:
+        header.update(meta.get("header") or {})
+    read = f"SELECT 0, {_COLUMNS_READ} FROM read_parquet($file)"
+    if position is not None:
+        cursor = _connection().execute(read + " WHERE position = $position", {"file": file, "position": position})
+    elif where is not None:  # the whole of each record one of whose rows meets the condition
+        cursor = _connection().execute(
+            read + f" WHERE position IN (SELECT position FROM read_parquet($file) WHERE {where[0]})",
+            {"file": file, **where[1]})
+    else:
+        cursor = _connection().execute(read, {"file": file})
+    for _, at, name, value in _rebuild(_rows(cursor)):
+        yield at, name, value, True
     if position is not None:
         return
     if progress is not None:
@@ -356,6 +371,40 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
     if on_error is not None:
         for f, message in meta.get("errors") or []:
             on_error(os.path.join(proc.path, f), ValueError(message))
+
+
+def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> Iterator[Tuple[int, int, str, Any]]:
+    """(index into ``files``, position, record name, value) of the records with a row that meets ``where``, from
+    many index files in one DuckDB query (a step of thousands of ranks is one scan, not one query per rank)."""
+    cursor = _connection().execute(
+        f"SELECT list_position($files, filename) - 1 AS f, {_COLUMNS_READ} "
+        "FROM read_parquet($files, filename = true, file_row_number = true, hive_partitioning = false) "
+        "WHERE (filename, position) IN (SELECT (filename, position) FROM read_parquet($files, filename = true, "
+        f"hive_partitioning = false) WHERE {where[0]}) ORDER BY f, file_row_number",
+        {"files": files, **where[1]})
+    yield from _rebuild(_rows(cursor))
+
+
+def metadata(dump_path: str) -> Dict[str, Dict[str, Any]]:
+    """Every index file's metadata (normalised path -> metadata), in one DuckDB query."""
+    try:
+        return {os.path.normpath(f): json.loads(v) for f, v in _connection().execute(
+            f"SELECT file_name, decode(value) FROM parquet_kv_metadata('{_glob(dump_path)}') "
+            f"WHERE decode(key) = '{META_KEY.decode()}'").fetchall()}
+    except Exception:  # no file yet, or one being replaced: every directory is read from its JSON
+        return {}
+
+
+def fresh_in(proc: ProcDir, metas: Dict[str, Dict[str, Any]]) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """``fresh_file`` with the metadata already read (``metadata``)."""
+    if not proc.dump or proc.file:
+        return None
+    file = os.path.normpath(_file_of(proc.dump, proc))
+    meta = metas.get(file)
+    if meta is None:
+        return None
+    now = _sources(proc)
+    return (file, meta) if now and now == meta.get("sources") else None
 
 
 def _glob(dump_path: str) -> str:
@@ -376,7 +425,8 @@ def step_figures(dump_path: str) -> Dict[str, StepFigures]:
             f"SELECT file_name, decode(value) FROM parquet_kv_metadata('{glob}') "
             f"WHERE decode(key) = '{META_KEY.decode()}'").fetchall()}
         counted = con.execute(
-            f"SELECT filename, count(DISTINCT position), min(position) FILTER (WHERE {_NONFINITE}), "
+            # positions run 0..n-1 with a row each (row_tuples): max + 1 counts them without a hash set per file
+            f"SELECT filename, max(position) + 1, min(position) FILTER (WHERE {_NONFINITE}), "
             f"arg_min(record, position) FILTER (WHERE {_NONFINITE}) "
             f"FROM read_parquet('{glob}', filename = true, hive_partitioning = false) GROUP BY filename").fetchall()
     except Exception:  # no file yet, or one being replaced: every directory is read from its JSON
@@ -410,6 +460,7 @@ def connect(dump_path: str) -> Any:
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     pattern = _glob(dump_path)
     types = ", ".join(f"'{name}': INTEGER" for name, _, _ in PARTITIONS)
     con.execute(f"CREATE VIEW records AS SELECT * FROM read_parquet('{pattern}', hive_partitioning = true, "

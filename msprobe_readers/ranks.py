@@ -20,7 +20,9 @@ Steps are read one at a time (the dump is discovered step-major), so memory hold
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
@@ -98,13 +100,28 @@ class _Proc:
 
 
 def check_dump(dump_path: str, checker: RankChecker, progress: Optional[ProgressFn] = None) -> RanksResult:
-    """Run ``checker`` over a dump. A directory read through the index yields only the records the checker keeps
-    (``wanted``), so a step of thousands of ranks costs what its parameters, gradients and optimizer records do."""
-    for proc in discover(dump_path):
-        if checker.enter(proc) is None:
-            continue
-        for position, name, value, _ in iter_proc(proc, progress=progress, index_filter=checker.wanted(proc)):
-            checker.on_record(proc, position, name, value)
+    """Run ``checker`` over a dump. Through the index, a step's directories are read in one DuckDB query that
+    yields only the records the checker keeps (``wanted``), so a step of thousands of ranks costs what its
+    parameters, gradients and optimizer records do; other directories are read from their JSON."""
+    from msprobe_readers import index, reading
+
+    found = discover(dump_path)
+    metas = index.metadata(dump_path) if reading.USE_INDEX and os.path.isdir(dump_path) and index.exists(
+        dump_path) else {}
+    for _, group in itertools.groupby(found, key=lambda p: (p.root, p.step)):
+        procs = [p for p in group if checker.enter(p) is not None]
+        fresh = [(p, index.fresh_in(p, metas)) for p in procs] if metas else [(p, None) for p in procs]
+        indexed = [(p, f) for p, f in fresh if f is not None]
+        where = checker.wanted([p for p, _ in indexed]) if indexed else None
+        if where is not None:
+            for i, position, name, value in index.iter_many([f[0] for _, f in indexed], where):
+                checker.on_record(indexed[i][0], position, name, value)
+            if progress is not None:
+                progress(sum(index.source_bytes(f[1]) for _, f in indexed))
+        for p, f in fresh:
+            if where is None or f is None:
+                for position, name, value, _ in iter_proc(p, progress=progress):
+                    checker.on_record(p, position, name, value)
     return checker.finish()
 
 
@@ -146,13 +163,17 @@ class RankChecker:
                                                  proc.process, proc.root))
         return p
 
-    def wanted(self, proc: ProcDir) -> Optional[Tuple[str, List[Any]]]:
-        """An index filter (SQL condition, parameters) selecting at least every record ``on_record`` keeps from
-        this directory, or None when only reading every record will do (user patterns are Python regexes)."""
+    def wanted(self, procs: Sequence[ProcDir]) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """An index filter (SQL condition, named parameters) selecting at least every record ``on_record`` keeps
+        from these directories, or None when only reading every record will do (user patterns are Python
+        regexes). ``on_record`` still decides: a record selected for another directory's optimizer is ignored."""
         if self.patterns or not self.defaults:
             return None
+        keys: Set[str] = set()
+        for proc in procs:
+            keys |= self._optimizer_keys(proc)
         return (f"direction = '{names.PARAMETERS_GRAD}' OR starts_with(arg, 'parameters.') OR "
-                "list_contains(?, record)", [sorted(self._optimizer_keys(proc))])
+                "list_contains($keys, record)", {"keys": sorted(keys)})
 
     def on_record(self, proc: ProcDir, position: int, name: str, value: Any) -> None:
         p = self.enter(proc)

@@ -346,7 +346,7 @@ USE_INDEX = True  # read a directory through the dump's index when its file ther
 
 def iter_proc(proc: ProcDir, on_error: Optional[Callable[[str, Exception], None]] = None,
               header: Optional[Dict[str, Any]] = None, progress: Optional[ProgressFn] = None,
-              indexed: bool = True, index_filter: Optional[Tuple[str, List[Any]]] = None
+              indexed: bool = True, index_filter: Optional[Tuple[str, Dict[str, Any]]] = None
               ) -> Iterator[Tuple[int, str, Any, bool]]:
     """(position, record name, record, may hold NaN/Inf) of one step/rank directory, in execution order.
 
@@ -354,7 +354,7 @@ def iter_proc(proc: ProcDir, on_error: Optional[Callable[[str, Exception], None]
     files as they are now, DuckDB reads the records from it (``index.iter_indexed``: the same leaves, without
     parsing JSON). Otherwise reads dump.json (and debug.json); with neither, rebuilds the records from
     dump.journal. A file that cannot be read (or read to its end) goes to ``on_error`` after what was readable
-    of it. ``index_filter`` (an SQL condition on the index's columns, and its parameters) lets the index path
+    of it. ``index_filter`` (an SQL condition on the index's columns, and its named parameters) lets the index path
     yield only the records with a row that meets it; the JSON path yields every record all the same.
     """
     if indexed and USE_INDEX and proc.dump and not proc.file:
