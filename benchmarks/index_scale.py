@@ -1,10 +1,11 @@
 """summary and ranks over a large index: R ranks x S steps of one synthetic rank-step of N records (defaults
 1,024 x 10 x 1,000: 10.24 M records), msprobe's format without step summaries, so the readers must read records.
 
-One rank-step is written as dump.json (``reader.write_dump_json``, with ``--grads`` of its records
-parameters_grad records, as in a real mix dump where most records are activations) and indexed once; every other
-rank-step is a hard link of that dump.json and of its index file, so the dump costs the disk of one rank-step
-while the readers still open, check and scan R x S directories and index files. Each reader runs in its own
+One rank-step is written as dump.json (with ``--grads`` of its records parameters_grad records, as in a real mix
+dump where most records are activations) and indexed; every other rank-step is a hard link of that dump.json and
+an index file of the same rows with that rank's own gradient means (as data-parallel ranks differ before the
+all-reduce, where msprobe captures gradients), so the dump costs the disk of one rank-step and the index files
+while the readers open, check and scan R x S directories and index files. Each reader runs in its own
 process (its peak RSS is its own), reading through the index:
 
     python benchmarks/index_scale.py [--ranks 1024] [--steps 10] [--records 1000] [--grads 50] [--dir DIR] [--keep]
@@ -98,11 +99,25 @@ def main() -> int:
                 d = os.path.join(base, f"step{step}", f"rank{rank}")
                 os.makedirs(d, exist_ok=True)
                 os.link(os.path.join(first, "dump.json"), os.path.join(d, "dump.json"))
+        # every other index file: the template's rows with each rank's own gradient means (msprobe captures a
+        # parameter gradient before the all-reduce, so data-parallel ranks differ there); its metadata names the
+        # hard-linked dump.json, which has the template's size and modification time
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        template = pq.read_table(source)
+        grads = pc.equal(template["direction"], "parameters_grad")
+        mean_at = template.schema.get_field_index("mean")
+        meta = pq.read_metadata(source).metadata
         for p in discover(base):
             target = index._file_of(base, p)
-            if target != source:
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                os.link(source, target)
+            if target == source:
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            mean = pc.if_else(grads, pc.add(template["mean"], pa.scalar((p.rank or 0) * 1e-3)), template["mean"])
+            pq.write_table(template.set_column(mean_at, "mean", mean).replace_schema_metadata(meta), target,
+                           compression="zstd")
         total = args.ranks * args.steps * args.records
         print(f"{args.ranks} ranks x {args.steps} steps x {args.records} records = {total:,} records "
               f"({args.grads} parameters_grad per rank-step), built in {time.perf_counter() - t0:.1f} s")

@@ -292,6 +292,14 @@ def _connection() -> Any:
     return _CONNECTION[1]
 
 
+def _cursor() -> Any:
+    """A cursor of its own, so that a consumer may read another directory before a generator is done (the
+    setting is per cursor)."""
+    cursor = _connection().cursor()
+    cursor.execute("SET enable_progress_bar = false")
+    return cursor
+
+
 def source_bytes(meta: Dict[str, Any]) -> int:
     """The size of the record files an index file was built from (what a progress bar over them counts)."""
     return sum(size for f, (_, size) in (meta.get("sources") or {}).items() if f != paths.STACK_JSON)
@@ -354,14 +362,15 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
     if header is not None:
         header.update(meta.get("header") or {})
     read = f"SELECT 0, {_COLUMNS_READ} FROM read_parquet($file)"
+    cursor = _cursor()
     if position is not None:
-        cursor = _connection().execute(read + " WHERE position = $position", {"file": file, "position": position})
+        cursor.execute(read + " WHERE position = $position", {"file": file, "position": position})
     elif where is not None:  # the whole of each record one of whose rows meets the condition
-        cursor = _connection().execute(
+        cursor.execute(
             read + f" WHERE position IN (SELECT position FROM read_parquet($file) WHERE {where[0]})",
             {"file": file, **where[1]})
     else:
-        cursor = _connection().execute(read, {"file": file})
+        cursor.execute(read, {"file": file})
     for _, at, name, value in _rebuild(_rows(cursor)):
         yield at, name, value, True
     if position is not None:
@@ -376,7 +385,8 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
 def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> Iterator[Tuple[int, int, str, Any]]:
     """(index into ``files``, position, record name, value) of the records with a row that meets ``where``, from
     many index files in one DuckDB query (a step of thousands of ranks is one scan, not one query per rank)."""
-    cursor = _connection().execute(
+    cursor = _cursor()
+    cursor.execute(
         f"SELECT list_position($files, filename) - 1 AS f, {_COLUMNS_READ} "
         "FROM read_parquet($files, filename = true, file_row_number = true, hive_partitioning = false) "
         "WHERE (filename, position) IN (SELECT (filename, position) FROM read_parquet($files, filename = true, "

@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
+import numpy as np
+
 from msprobe_inject.dumpformat import names
 from msprobe_readers import stats as st
 from msprobe_readers.reading import ProcDir, ProgressFn, discover, iter_construct, iter_proc, iter_stacks
@@ -99,6 +101,16 @@ class _Proc:
         self.params: Dict[Tuple, List[str]] = {}  # (shape, stats) -> parameter names, to name optimizer records
 
 
+def _close_to(v: Any, x: float, rtol: float, atol: float) -> Any:
+    """``st.close(v[i], x)`` for every element of a float64 array (NaN for a missing value), as a bool array."""
+    if math.isnan(x):
+        return np.isnan(v)
+    if math.isinf(x):
+        return v == x
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.isfinite(v) & (np.abs(v - x) <= atol + rtol * np.maximum(np.abs(v), abs(x)))
+
+
 def check_dump(dump_path: str, checker: RankChecker, progress: Optional[ProgressFn] = None) -> RanksResult:
     """Run ``checker`` over a dump. Through the index, a step's directories are read in one DuckDB query that
     yields only the records the checker keeps (``wanted``), so a step of thousands of ranks costs what its
@@ -141,7 +153,7 @@ class RankChecker:
         self._labels: Dict[str, Tuple] = {}
         # parameters_grad departures wait for the end: they are dropped if the record is rank-local
         self._grad_agree: Dict[str, bool] = {}  # record -> whether two ranks ever agreed on finite values
-        self._grad_deps: Dict[str, List[Departure]] = {}  # record -> first departure per rank
+        self._grad_deps: Dict[str, Dict[str, Departure]] = {}  # record -> rank label -> its first departure
         self._grad_step_counts: List[Tuple[str, str, int]] = []  # (record, rank label, step)
         self._lonely: List[int] = []  # steps with a single rank
 
@@ -221,22 +233,26 @@ class RankChecker:
 
     # ---- comparison ----
     def _reference(self, leafsets: List[Dict[str, st.Leaf]], paths: List[str]) -> int:
+        """The rank closest to the per-statistic median: fewest statistics outside tolerance of it (and shapes
+        other than the most common), the lowest index on a tie. Over columns: thousands of ranks per leaf."""
         n = len(leafsets)
         if n <= 2:
             return 0
-        scores = [0] * n
+        scores = np.zeros(n, dtype=np.int64)
         for path in paths:
-            shapes = [ls[path].shape for ls in leafsets]
+            column = [ls[path] for ls in leafsets]
+            shapes = [leaf.shape for leaf in column]
             common = max(set(shapes), key=shapes.count)
-            for i, s in enumerate(shapes):
-                scores[i] += s != common
+            scores += np.fromiter((s != common for s in shapes), dtype=np.int64, count=n)
+            values = np.array([leaf.stats for leaf in column], dtype=np.float64).reshape(n, len(st.STATS))  # None: NaN
             for j in range(len(st.STATS)):
-                vals = [ls[path].stats[j] for ls in leafsets]
-                finite = [v for v in vals if v is not None and not math.isnan(v)]
-                med = st.median(finite) if len(finite) * 2 > n else math.nan
-                for i, v in enumerate(vals):
-                    scores[i] += not st.close(math.nan if v is None else v, med, self.rtol, self.atol)
-        return min(range(n), key=lambda i: (scores[i], i))
+                v = values[:, j]
+                finite = np.sort(v[~np.isnan(v)])  # infinities included, as st.median takes them
+                k = len(finite)
+                med = (float(finite[k // 2]) if k % 2 else (float(finite[k // 2 - 1]) + float(finite[k // 2])) / 2) \
+                    if k * 2 > n else math.nan
+                scores += ~_close_to(v, med, self.rtol, self.atol)
+        return int(np.argmin(scores))  # the first of the lowest
 
     def _finish_group(self) -> None:
         procs = list(self._procs.values())
@@ -289,9 +305,7 @@ class RankChecker:
                         reference_label=present[ref].proc.label,
                         param=self._param_name(name, kind, path, present[ref]), ranks=len(present))
                     if kind == "grad":
-                        deps = self._grad_deps.setdefault(name, [])
-                        if not any(d.label == dep.label for d in deps):
-                            deps.append(dep)
+                        self._grad_deps.setdefault(name, {}).setdefault(dep.label, dep)
                         self._grad_step_counts.append((name, dep.label, step))
                     else:
                         self._add(dep)
@@ -388,7 +402,7 @@ class RankChecker:
         for name, deps in self._grad_deps.items():
             if name in local:
                 continue
-            for dep in deps:
+            for dep in deps.values():
                 cur = r.first.get(dep.label)
                 if cur is None or (dep.step, dep.position) < (cur.step, cur.position):
                     r.first[dep.label] = dep

@@ -5,11 +5,16 @@ gradient after the all-reduce at step 1)."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
+
+import pytest
 
 from msprobe_readers import ranks, summary, text
+from msprobe_readers import stats as st
 
-from .reader_util import dump_cli, e2e, fwd, launch_script, leaf, load_data, write_dump
+from .reader_util import NAN, dump_cli, e2e, fwd, launch_script, leaf, load_data, write_dump
 
 
 def _params(w_norm, b_norm=1.0):
@@ -192,3 +197,37 @@ def test_ranks_missing_statistic_is_reported_not_a_difference(tmp_path):
     assert r.missing_count == 1 and r.missing[0].label == "1" and r.missing[0].reason == "RuntimeError: boom"
     out = text.format_ranks(r)
     assert "rank 1: consistent" in out and "missing" in out and "RuntimeError: boom" in out
+
+
+def _reference_by_elements(checker, leafsets, paths):
+    """The reference rank as ranks.py chose it element by element before it compared columns (the oracle)."""
+    n = len(leafsets)
+    if n <= 2:
+        return 0
+    scores = [0] * n
+    for path in paths:
+        shapes = [ls[path].shape for ls in leafsets]
+        common = max(set(shapes), key=shapes.count)
+        for i, s in enumerate(shapes):
+            scores[i] += s != common
+        for j in range(len(st.STATS)):
+            vals = [ls[path].stats[j] for ls in leafsets]
+            finite = [v for v in vals if v is not None and not math.isnan(v)]
+            med = st.median(finite) if len(finite) * 2 > n else math.nan
+            for i, v in enumerate(vals):
+                scores[i] += not st.close(math.nan if v is None else v, med, checker.rtol, checker.atol)
+    return min(range(n), key=lambda i: (scores[i], i))
+
+
+@pytest.mark.json_only
+def test_the_reference_over_columns_is_the_element_by_element_one():
+    rng = random.Random(7)
+    pool = [0.0, 1.0, 1.0 + 1e-7, 1.1, -1.0, 2.0, 1e308, NAN, math.inf, -math.inf, None]
+    checker = ranks.RankChecker()
+    for _ in range(3000):
+        n = rng.randint(3, 9)
+        paths = [f"output.{k}" for k in range(rng.randint(1, 3))]
+        leafsets = [{p: st.Leaf(p, "torch.float32", rng.choice([(2,), (2,), (3,)]),
+                                tuple(rng.choice(pool) for _ in st.STATS), None, None) for p in paths}
+                    for _ in range(n)]
+        assert checker._reference(leafsets, paths) == _reference_by_elements(checker, leafsets, paths)
