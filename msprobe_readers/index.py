@@ -17,12 +17,15 @@ import gc
 import hashlib
 import json
 import os
+import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import names, paths
 from msprobe_readers.reading import ProcDir, discover, iter_proc, iter_stacks, record_files
+from msprobe_readers.stats import Leaf, _num
 from msprobe_readers.stats import _is_tensor as is_tensor
-from msprobe_readers.stats import _num
+from msprobe_readers.stats import _mesh as stat_mesh
+from msprobe_readers.stats import _placements as stat_placements
 
 SCHEMA_VERSION = 2  # 2: data_name, placements, device_mesh, error; [] for a 0-d shape; the file metadata
 
@@ -354,21 +357,16 @@ def _rebuild(rows: Iterator[tuple]) -> Iterator[Tuple[int, int, str, Any]]:
 
 def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
                  on_error: Optional[Callable[[str, Exception], None]] = None, header: Optional[Dict[str, Any]] = None,
-                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None,
-                 where: Optional[Tuple[str, Dict[str, Any]]] = None) -> Iterator[Tuple[int, str, Any, bool]]:
+                 progress: Optional[Callable[[int], None]] = None, position: Optional[int] = None
+                 ) -> Iterator[Tuple[int, str, Any, bool]]:
     """``reading.iter_proc`` of a directory, answered by DuckDB from its index file (``_rebuild``); only the
-    record at ``position``, or only the records with a row that meets ``where`` (SQL condition, its named
-    parameters)."""
+    record at ``position`` when given."""
     if header is not None:
         header.update(meta.get("header") or {})
     read = f"SELECT 0, {_COLUMNS_READ} FROM read_parquet($file)"
     cursor = _cursor()
     if position is not None:
         cursor.execute(read + " WHERE position = $position", {"file": file, "position": position})
-    elif where is not None:  # the whole of each record one of whose rows meets the condition
-        cursor.execute(
-            read + f" WHERE position IN (SELECT position FROM read_parquet($file) WHERE {where[0]})",
-            {"file": file, **where[1]})
     else:
         cursor.execute(read, {"file": file})
     for _, at, name, value in _rebuild(_rows(cursor)):
@@ -382,17 +380,34 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
             on_error(os.path.join(proc.path, f), ValueError(message))
 
 
-def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> Iterator[Tuple[int, int, str, Any]]:
-    """(index into ``files``, position, record name, value) of the records with a row that meets ``where``, from
-    many index files in one DuckDB query (a step of thousands of ranks is one scan, not one query per rank)."""
+def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> Iterator[Tuple[int, int, str, List[Leaf]]]:
+    """(index into ``files``, position, record name, leaves) of the records with rows that meet ``where`` (an SQL
+    condition on a row, its named parameters): the leaves are those rows, in the order ``stats.leaves`` gives
+    for the rebuilt record (``_rebuild``). Many index files in one DuckDB scan: a step of thousands of ranks is
+    one query, not one per rank."""
     cursor = _cursor()
     cursor.execute(
         f"SELECT list_position($files, filename) - 1 AS f, {_COLUMNS_READ} "
         "FROM read_parquet($files, filename = true, file_row_number = true, hive_partitioning = false) "
-        "WHERE (filename, position) IN (SELECT (filename, position) FROM read_parquet($files, filename = true, "
-        f"hive_partitioning = false) WHERE {where[0]}) ORDER BY f, file_row_number",
+        f"WHERE {where[0]} ORDER BY f, file_row_number",
         {"files": files, **where[1]})
-    yield from _rebuild(_rows(cursor))
+    intern = sys.intern
+    current: Optional[Tuple[int, int]] = None
+    name = ""
+    leaves: List[Leaf] = []
+    for key, at, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placed, mesh, error in _rows(cursor):
+        if (key, at) != current:
+            if current is not None:
+                yield current[0], current[1], name, leaves
+            current, name, leaves = (key, at), record, []
+        if arg is None:
+            continue
+        leaves.append(Leaf(intern(arg), intern(dtype) if dtype is not None else None,
+                           tuple(shape) if shape is not None else None, (mx, mn, mean, norm), md5, data_name,
+                           stat_placements(json.loads(placed)) if placed is not None else None,
+                           stat_mesh(json.loads(mesh)) if mesh is not None else None, error))
+    if current is not None:
+        yield current[0], current[1], name, leaves
 
 
 def metadata(dump_path: str) -> Dict[str, Dict[str, Any]]:

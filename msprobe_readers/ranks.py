@@ -25,7 +25,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Pattern, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -126,8 +126,8 @@ def check_dump(dump_path: str, checker: RankChecker, progress: Optional[Progress
         indexed = [(p, f) for p, f in fresh if f is not None]
         where = checker.wanted([p for p, _ in indexed]) if indexed else None
         if where is not None:
-            for i, position, name, value in index.iter_many([f[0] for _, f in indexed], where):
-                checker.on_record(indexed[i][0], position, name, value)
+            for i, position, name, leaves in index.iter_many([f[0] for _, f in indexed], where):
+                checker.on_leaves(indexed[i][0], position, name, leaves)
             if progress is not None:
                 progress(sum(index.source_bytes(f[1]) for _, f in indexed))
         for p, f in fresh:
@@ -156,6 +156,7 @@ class RankChecker:
         self._grad_deps: Dict[str, Dict[str, Departure]] = {}  # record -> rank label -> its first departure
         self._grad_step_counts: List[Tuple[str, str, int]] = []  # (record, rank label, step)
         self._lonely: List[int] = []  # steps with a single rank
+        self._names: Dict[str, Tuple[Optional[str], bool]] = {}
 
     # ---- collection ----
     def enter(self, proc: ProcDir) -> Optional[_Proc]:
@@ -176,9 +177,10 @@ class RankChecker:
         return p
 
     def wanted(self, procs: Sequence[ProcDir]) -> Optional[Tuple[str, Dict[str, Any]]]:
-        """An index filter (SQL condition, named parameters) selecting at least every record ``on_record`` keeps
-        from these directories, or None when only reading every record will do (user patterns are Python
-        regexes). ``on_record`` still decides: a record selected for another directory's optimizer is ignored."""
+        """An index row filter (SQL condition, named parameters) keeping exactly the leaves ``on_leaves`` uses from
+        these directories: every row of a parameters_grad or optimizer record (whole records: the condition is
+        on the record), and a module record's parameters. None when only every record will do (user patterns are
+        Python regexes). A record kept for another directory's optimizer is ignored by ``on_leaves``."""
         if self.patterns or not self.defaults:
             return None
         keys: Set[str] = set()
@@ -191,24 +193,46 @@ class RankChecker:
         p = self.enter(proc)
         if p is None or not isinstance(value, dict):
             return
-        mod = names.module_path(name)
+        mod, grad = self._name(name)
         if mod is not None and isinstance(value.get("parameters"), dict) and value["parameters"]:
             params = st.leaves(value["parameters"], "parameters")
-            for leaf in params:
-                pname = f"{mod}.{leaf.path.split('.', 1)[1]}"
-                p.params.setdefault((leaf.shape, leaf.stats), []).append(pname)
         else:
             params = []
+        self._take(p, position, name, mod, grad, params, lambda: st.leaves(value))
+
+    def on_leaves(self, proc: ProcDir, position: int, name: str, leaves: List[st.Leaf]) -> None:
+        """``on_record`` with the record's leaves already made (the index's rows are leaves)."""
+        p = self.enter(proc)
+        if p is None:
+            return
+        mod, grad = self._name(name)
+        params = [leaf for leaf in leaves if leaf.path.startswith("parameters.")] if mod is not None else []
+        self._take(p, position, name, mod, grad, params, lambda: leaves)
+
+    def _name(self, name: str) -> Tuple[Optional[str], bool]:
+        """(module path, is a parameters_grad record): names repeat on every rank and step."""
+        known = self._names.get(name)
+        if known is None:
+            if len(self._names) > 1_000_000:
+                self._names.clear()
+            known = self._names[name] = (names.module_path(name), names.is_parameters_grad(name))
+        return known
+
+    def _take(self, p: _Proc, position: int, name: str, mod: Optional[str], grad: bool, params: List[st.Leaf],
+              leaves: Callable[[], List[st.Leaf]]) -> None:
+        for leaf in params:
+            pname = f"{mod}.{leaf.path.split('.', 1)[1]}"
+            p.params.setdefault((leaf.shape, leaf.stats), []).append(pname)
         if any(rx.search(name) for rx in self.patterns):
-            p.records[name] = (position, "pattern", st.leaves(value))
+            p.records[name] = (position, "pattern", leaves())
         elif not self.defaults:
             return
-        elif names.is_parameters_grad(name):
-            p.records[name] = (position, "grad", st.leaves(value))
+        elif grad:
+            p.records[name] = (position, "grad", leaves())
         elif params:
             p.records[name] = (position, "param", params)
-        elif name in self._optimizer_keys(proc):
-            p.records[name] = (position, "optimizer", st.leaves(value))
+        elif name in self._optimizer_keys(p.proc):
+            p.records[name] = (position, "optimizer", leaves())
 
     def _optimizer_keys(self, proc: ProcDir) -> Set[str]:
         keys = self._optim.get(proc.path)

@@ -346,24 +346,21 @@ USE_INDEX = True  # read a directory through the dump's index when its file ther
 
 def iter_proc(proc: ProcDir, on_error: Optional[Callable[[str, Exception], None]] = None,
               header: Optional[Dict[str, Any]] = None, progress: Optional[ProgressFn] = None,
-              indexed: bool = True, index_filter: Optional[Tuple[str, Dict[str, Any]]] = None
-              ) -> Iterator[Tuple[int, str, Any, bool]]:
+              indexed: bool = True) -> Iterator[Tuple[int, str, Any, bool]]:
     """(position, record name, record, may hold NaN/Inf) of one step/rank directory, in execution order.
 
     When the dump has an index (``msprobe-dump index``) whose file for this directory was built from its record
     files as they are now, DuckDB reads the records from it (``index.iter_indexed``: the same leaves, without
     parsing JSON). Otherwise reads dump.json (and debug.json); with neither, rebuilds the records from
     dump.journal. A file that cannot be read (or read to its end) goes to ``on_error`` after what was readable
-    of it. ``index_filter`` (an SQL condition on the index's columns, and its named parameters) lets the index path
-    yield only the records with a row that meets it; the JSON path yields every record all the same.
+    of it.
     """
     if indexed and USE_INDEX and proc.dump and not proc.file:
         from msprobe_readers import index  # imported here: the index is built by reading through this module
 
         fresh = index.fresh_file(proc) if index.exists(proc.dump) else None
         if fresh is not None:
-            yield from index.iter_indexed(proc, fresh[0], fresh[1], on_error, header, progress,
-                                          where=index_filter)
+            yield from index.iter_indexed(proc, fresh[0], fresh[1], on_error, header, progress)
             return
     files = record_files(proc)
     position = 0
