@@ -10,6 +10,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,7 +55,16 @@ def dump_job(kind: str, tmp_path, *args: str, level: str = "mix", name: str = "d
     dump = str(tmp_path / name)
     cmd = LAUNCH + ["--standalone", "--nproc-per-node", str(nproc), "--dump-path", dump, "--level", level, SCRIPT,
                     kind, *args]
-    proc = subprocess.run(cmd, cwd=str(tmp_path), env=base_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    for attempt in range(2):
+        proc = subprocess.run(cmd, cwd=str(tmp_path), env=base_env(), capture_output=True, text=True,
+                              timeout=TIMEOUT)
+        # gloo's teardown at the script's end aborts now and then, with or without the tool (the baseline above;
+        # seen here once with FSDP2 over tensor parallelism, after the dump and its summary were complete): that
+        # one abort, and only it, gets one more try from scratch
+        if attempt or "terminate called without an active exception" not in proc.stderr \
+                or "Signal 6 (SIGABRT)" not in proc.stderr:
+            break
+        shutil.rmtree(dump, ignore_errors=True)
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc, dump
 
