@@ -57,9 +57,10 @@ COLUMNS: List[Tuple[str, str, str]] = [
     ("device_mesh", "string", "a DTensor's device mesh, the JSON text of dump.json's nested list"),
     ("error", "string", "why the statistics are missing, when the dump says"),
 ]
-# Each file's key-value metadata under META_KEY (JSON): "sources", {record file: [mtime_ns, size]} as read; "header",
-# dump.json's fields other than data; "errors", [[record file, message]] of what could not be read. With them the
-# readers answer from a file exactly as from the JSON it was built from, and know when it is out of date.
+# Each file's key-value metadata under META_KEY (JSON): "sources", {record file: [mtime_ns, size]} as read;
+# "header", dump.json's fields other than data; "errors", [[record file, message]] of what could not be read;
+# "records", their number. With them the readers answer from a file exactly as from the JSON it was built from,
+# and know when it is out of date.
 META_KEY = b"msprobe"
 
 
@@ -274,8 +275,14 @@ def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], boo
         sources = _sources(proc)  # before reading: a file that changes while it is read leaves the index stale
         header: Dict[str, Any] = {}
         errors: List[Tuple[str, str]] = []
-        done["rows"] += _write(_file_of(dump_path, proc), row_tuples(proc, header, errors),
-                               {"sources": sources, "header": header, "errors": errors})
+        meta = {"sources": sources, "header": header, "errors": errors, "records": 0}
+
+        def counted(rows: Iterator[tuple], meta: Dict[str, Any] = meta) -> Iterator[tuple]:
+            for row in rows:
+                meta["records"] = row[2] + 1  # positions run 0..n-1 in order
+                yield row
+
+        done["rows"] += _write(_file_of(dump_path, proc), counted(row_tuples(proc, header, errors)), meta)
         done["directories"] += 1
 
 

@@ -121,19 +121,23 @@ def check_dump(dump_path: str, checker: RankChecker, progress: Optional[Progress
     metas = index.metadata(dump_path) if reading.USE_INDEX and os.path.isdir(dump_path) and index.exists(
         dump_path) else {}
     for _, group in itertools.groupby(found, key=lambda p: (p.root, p.step)):
-        procs = [p for p in group if checker.enter(p) is not None]
-        fresh = [(p, index.fresh_in(p, metas)) for p in procs] if metas else [(p, None) for p in procs]
+        fresh = [(p, index.fresh_in(p, metas) if metas else None) for p in group if checker.compares(p)]
         indexed = [(p, f) for p, f in fresh if f is not None]
         where = checker.wanted([p for p, _ in indexed]) if indexed else None
+        # in discover's order, a directory joins its step when it has a record, as the checker over every record
+        # has it (the order of the step's ranks decides ties)
+        for p, f in fresh:
+            if where is not None and f is not None:
+                if f[1].get("records", 1):
+                    checker.enter(p)
+                continue
+            for position, name, value, _ in iter_proc(p, progress=progress):
+                checker.on_record(p, position, name, value)
         if where is not None:
             for i, position, name, leaves in index.iter_many([f[0] for _, f in indexed], where):
                 checker.on_leaves(indexed[i][0], position, name, leaves)
             if progress is not None:
                 progress(sum(index.source_bytes(f[1]) for _, f in indexed))
-        for p, f in fresh:
-            if where is None or f is None:
-                for position, name, value, _ in iter_proc(p, progress=progress):
-                    checker.on_record(p, position, name, value)
     return checker.finish()
 
 
@@ -159,11 +163,13 @@ class RankChecker:
         self._names: Dict[str, Tuple[Optional[str], bool]] = {}
 
     # ---- collection ----
+    def compares(self, proc: ProcDir) -> bool:
+        """Whether a step/rank directory takes part: duplicate ranks are not replicas of the job's ranks."""
+        return not proc.duplicate and (self.steps is None or proc.step in self.steps)
+
     def enter(self, proc: ProcDir) -> Optional[_Proc]:
         """Start (or continue) a step/rank directory; None when it is not compared."""
-        if proc.duplicate:
-            return None  # duplicate ranks are not replicas of the job's ranks
-        if self.steps is not None and proc.step not in self.steps:
+        if not self.compares(proc):
             return None
         group = (proc.root, proc.step)
         if group != self._group:

@@ -231,3 +231,14 @@ def test_the_reference_over_columns_is_the_element_by_element_one():
                                 tuple(rng.choice(pool) for _ in st.STATS), None, None) for p in paths}
                     for _ in range(n)]
         assert checker._reference(leafsets, paths) == _reference_by_elements(checker, leafsets, paths)
+
+
+def test_a_rank_without_records_in_a_step_is_not_one_of_its_ranks(tmp_path):
+    """As the checker over every record has it: a directory joins its step with its first record. Two ranks
+    with the gradient and one empty: the step has two ranks, and nothing is reported for the empty one."""
+    d = tmp_path / "dump"
+    for rank in (0, 1):
+        write_dump(d / "step0" / f"rank{rank}", {"Module.fc.Linear.parameters_grad.0": {"weight": leaf(norm=2.0)}})
+    write_dump(d / "step0" / "rank2", {})
+    r = _check(str(d))
+    assert r.labels == ["0", "1"] and r.compared["grad"] == 1
