@@ -381,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> None:
     """``msprobe-dump``; exits with 0 (nothing found), 1 (findings) or 2 (usage error, nothing to read)."""
     args = build_parser().parse_args(argv)
-    for path in [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]:
+    dumps = [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]
+    for path in dumps:
         problem = _need_dump(path)
         if problem and args.command == "summary" and os.path.isdir(path) and flight.read(path) is not None:
             problem = None  # a flight recorder that never triggered: the summary says so
@@ -393,7 +394,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     if getattr(args, "index", False):
         from msprobe_readers import index
 
-        for path in [getattr(args, n) for n in ("dump", "a", "b") if hasattr(args, n)]:
+        for path in dumps:
             if os.path.isdir(path):
                 index.build(path)
     try:

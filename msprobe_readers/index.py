@@ -109,13 +109,8 @@ def fresh_file(proc: ProcDir) -> Optional[Tuple[str, Dict[str, Any]]]:
     if not proc.dump or proc.file:
         return None
     target = _file_of(proc.dump, proc)
-    if not os.path.exists(target):
-        return None
-    meta = _meta(target)
-    if meta is None:
-        return None
-    now = _sources(proc)
-    return (target, meta) if now and now == meta.get("sources") else None
+    meta = _meta(target) if os.path.exists(target) else None
+    return fresh_in(proc, {os.path.normpath(target): meta}) if meta is not None else None
 
 
 def _stack_ids(proc: ProcDir) -> Dict[str, int]:
@@ -323,43 +318,53 @@ def _rows(cursor: Any) -> Iterator[tuple]:
         yield from batch
 
 
-def _rebuild(rows: Iterator[tuple]) -> Iterator[Tuple[int, int, str, Any]]:
-    """(file key, position, record name, value) from rows (file key, then ``_COLUMNS_READ``) in file order: each
-    record's value holds its tensor entries at the same argument paths as in dump.json, so every analysis sees the
-    same leaves, statistics and non-finite values (non-tensor arguments are not in the index)."""
+def _records(rows: Iterator[tuple]) -> Iterator[Tuple[int, int, str, List[tuple]]]:
+    """(file key, position, record name, its rows) from rows (file key, then ``_COLUMNS_READ``) in file order."""
     current: Optional[Tuple[int, int]] = None
     name = ""
-    value: Any = None
-    for key, at, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in rows:
-        if (key, at) != current:
+    group: List[tuple] = []
+    for row in rows:
+        if (row[0], row[1]) != current:
             if current is not None:
-                yield current[0], current[1], name, value
-            current, name, value = (key, at), record, {}
-        if arg is None:
-            continue
-        entry: Dict[str, Any] = {"dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
-        if md5 is not None:
-            entry["md5"] = md5
-        if data_name is not None:
-            entry["data_name"] = data_name
-        if placements is not None:
-            entry["placements"] = json.loads(placements)
-        if mesh is not None:
-            entry["device_mesh"] = json.loads(mesh)
-        if error is not None:
-            entry["error"] = error
-        if not arg:  # the record is itself a tensor (a debug save)
-            value = entry
-            continue
-        # two levels are enough: paths are rebuilt by joining keys with ".", and the analyses look up only the
-        # first level ("output", "parameters")
-        head, dot, rest = arg.partition(".")
-        if dot:
-            value.setdefault(head, {})[rest] = entry
-        else:
-            value[head] = entry
+                yield current[0], current[1], name, group
+            current, name, group = (row[0], row[1]), row[2], []
+        group.append(row)
     if current is not None:
-        yield current[0], current[1], name, value
+        yield current[0], current[1], name, group
+
+
+def _rebuild(rows: Iterator[tuple]) -> Iterator[Tuple[int, int, str, Any]]:
+    """(file key, position, record name, value) from rows as ``_records`` takes them: each record's value holds
+    its tensor entries at the same argument paths as in dump.json, so every analysis sees the same leaves,
+    statistics and non-finite values (non-tensor arguments are not in the index)."""
+    for key, at, name, group in _records(rows):
+        value: Any = {}
+        for _, _, _, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placements, mesh, error in group:
+            if arg is None:
+                continue
+            entry: Dict[str, Any] = {"dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean,
+                                     "Norm": norm}
+            if md5 is not None:
+                entry["md5"] = md5
+            if data_name is not None:
+                entry["data_name"] = data_name
+            if placements is not None:
+                entry["placements"] = json.loads(placements)
+            if mesh is not None:
+                entry["device_mesh"] = json.loads(mesh)
+            if error is not None:
+                entry["error"] = error
+            if not arg:  # the record is itself a tensor (a debug save)
+                value = entry
+                continue
+            # two levels are enough: paths are rebuilt by joining keys with ".", and the analyses look up only
+            # the first level ("output", "parameters")
+            head, dot, rest = arg.partition(".")
+            if dot:
+                value.setdefault(head, {})[rest] = entry
+            else:
+                value[head] = entry
+        yield key, at, name, value
 
 
 def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
@@ -368,8 +373,6 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
                  ) -> Iterator[Tuple[int, str, Any, bool]]:
     """``reading.iter_proc`` of a directory, answered by DuckDB from its index file (``_rebuild``); only the
     record at ``position`` when given."""
-    if header is not None:
-        header.update(meta.get("header") or {})
     read = f"SELECT 0, {_COLUMNS_READ} FROM read_parquet($file)"
     cursor = _cursor()
     if position is not None:
@@ -378,8 +381,16 @@ def iter_indexed(proc: ProcDir, file: str, meta: Dict[str, Any],
         cursor.execute(read, {"file": file})
     for _, at, name, value in _rebuild(_rows(cursor)):
         yield at, name, value, True
-    if position is not None:
-        return
+    if position is None:
+        replay(proc, meta, on_error, header, progress)
+
+
+def replay(proc: ProcDir, meta: Dict[str, Any], on_error: Optional[Callable[[str, Exception], None]] = None,
+           header: Optional[Dict[str, Any]] = None, progress: Optional[Callable[[int], None]] = None) -> None:
+    """What reading the directory's record files did besides its records, from the index file's metadata: its
+    header fields, the bytes read, and each error (the message the JSON reader gave)."""
+    if header is not None:
+        header.update(meta.get("header") or {})
     if progress is not None:
         progress(source_bytes(meta))
     if on_error is not None:
@@ -399,26 +410,23 @@ def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> Iterator[T
         f"WHERE {where[0]} ORDER BY f, file_row_number",
         {"files": files, **where[1]})
     intern = sys.intern
-    current: Optional[Tuple[int, int]] = None
-    name = ""
-    leaves: List[Leaf] = []
-    for key, at, record, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placed, mesh, error in _rows(cursor):
-        if (key, at) != current:
-            if current is not None:
-                yield current[0], current[1], name, leaves
-            current, name, leaves = (key, at), record, []
-        if arg is None:
-            continue
-        leaves.append(Leaf(intern(arg), intern(dtype) if dtype is not None else None,
-                           tuple(shape) if shape is not None else None, (mx, mn, mean, norm), md5, data_name,
-                           stat_placements(json.loads(placed)) if placed is not None else None,
-                           stat_mesh(json.loads(mesh)) if mesh is not None else None, error))
-    if current is not None:
-        yield current[0], current[1], name, leaves
+    for key, at, name, group in _records(_rows(cursor)):
+        yield key, at, name, [
+            Leaf(intern(arg), intern(dtype) if dtype is not None else None, tuple(shape) if shape is not None else None,
+                 (mx, mn, mean, norm), md5, data_name,
+                 stat_placements(json.loads(placed)) if placed is not None else None,
+                 stat_mesh(json.loads(mesh)) if mesh is not None else None, error)
+            for _, _, _, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placed, mesh, error in group
+            if arg is not None]
 
 
 def metadata(dump_path: str) -> Dict[str, Dict[str, Any]]:
-    """Every index file's metadata (normalised path -> metadata), in one DuckDB query."""
+    """Every index file's metadata (normalised path -> metadata), in one DuckDB query; {} when the dump has no
+    index or the readers are not to use it (``--no-index``)."""
+    from msprobe_readers import reading
+
+    if not (reading.USE_INDEX and os.path.isdir(dump_path) and exists(dump_path)):
+        return {}
     try:
         return {os.path.normpath(f): json.loads(v) for f, v in _connection().execute(
             f"SELECT file_name, decode(value) FROM parquet_kv_metadata('{_glob(dump_path)}') "
@@ -443,44 +451,17 @@ def _glob(dump_path: str) -> str:
     return os.path.join(index_root(dump_path), "**", "*.parquet").replace("'", "''")
 
 
-# (metadata, records, position of the first record with a NaN/Inf statistic, its name)
-StepFigures = Tuple[Dict[str, Any], int, Optional[int], Optional[str]]
-
-
-def step_figures(dump_path: str) -> Dict[str, StepFigures]:
-    """Per index file (normalised path): its metadata, its number of records and its first record with a NaN/Inf
-    statistic; two DuckDB scans of the whole dataset instead of a read per directory (what ``summary`` needs)."""
-    con = _connection()
-    glob = _glob(dump_path)
+def first_nonfinite(dump_path: str) -> Dict[str, Tuple[int, str]]:
+    """Per index file (normalised path) with a NaN/Inf statistic: the position and name of its first record with
+    one; one DuckDB scan of the whole dataset (what ``summary`` needs besides the metadata's record counts)."""
     try:
-        metas = {os.path.normpath(f): json.loads(v) for f, v in con.execute(
-            f"SELECT file_name, decode(value) FROM parquet_kv_metadata('{glob}') "
-            f"WHERE decode(key) = '{META_KEY.decode()}'").fetchall()}
-        counted = con.execute(
-            # positions run 0..n-1 with a row each (row_tuples): max + 1 counts them without a hash set per file
-            f"SELECT filename, max(position) + 1, min(position) FILTER (WHERE {_NONFINITE}), "
-            f"arg_min(record, position) FILTER (WHERE {_NONFINITE}) "
-            f"FROM read_parquet('{glob}', filename = true, hive_partitioning = false) GROUP BY filename").fetchall()
+        found = _connection().execute(
+            f"SELECT filename, min(position), arg_min(record, position) "
+            f"FROM read_parquet('{_glob(dump_path)}', filename = true, hive_partitioning = false) "
+            f"WHERE {_NONFINITE} GROUP BY filename").fetchall()
     except Exception:  # no file yet, or one being replaced: every directory is read from its JSON
         return {}
-    out: Dict[str, StepFigures] = {}
-    for f, records, position, record in counted:
-        meta = metas.get(os.path.normpath(f))
-        if meta is not None:
-            out[os.path.normpath(f)] = (meta, records, position, record)
-    return out
-
-
-def figures_of(proc: ProcDir, figures: Dict[str, StepFigures]) -> Optional[Tuple[str, StepFigures]]:
-    """(index file, figures) of a directory whose index file is up to date (as ``fresh_file``), else None."""
-    if not proc.dump or proc.file:
-        return None
-    file = _file_of(proc.dump, proc)
-    got = figures.get(os.path.normpath(file))
-    if got is None:
-        return None
-    now = _sources(proc)
-    return (file, got) if now and now == got[0].get("sources") else None
+    return {os.path.normpath(f): (position, record) for f, position, record in found}
 
 
 def exists(dump_path: str) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
@@ -115,11 +114,10 @@ def check_dump(dump_path: str, checker: RankChecker, progress: Optional[Progress
     """Run ``checker`` over a dump. Through the index, a step's directories are read in one DuckDB query that
     yields only the records the checker keeps (``wanted``), so a step of thousands of ranks costs what its
     parameters, gradients and optimizer records do; other directories are read from their JSON."""
-    from msprobe_readers import index, reading
+    from msprobe_readers import index
 
     found = discover(dump_path)
-    metas = index.metadata(dump_path) if reading.USE_INDEX and os.path.isdir(dump_path) and index.exists(
-        dump_path) else {}
+    metas = index.metadata(dump_path)
     for _, group in itertools.groupby(found, key=lambda p: (p.root, p.step)):
         fresh = [(p, index.fresh_in(p, metas) if metas else None) for p in group if checker.compares(p)]
         indexed = [(p, f) for p, f in fresh if f is not None]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import stepsummary
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite, nonfinite_leaves
-from msprobe_readers import index, reading
+from msprobe_readers import index
 from msprobe_readers.reading import (
     Frame,
     ProcDir,
@@ -89,14 +89,14 @@ def _attach_stack(hit: NanHit) -> None:
     hit.source = user_frame(hit.stack)
 
 
-def _from_index(s: RankSummary, row: StepSummary, proc: ProcDir, indexed: Tuple[str, index.StepFigures],
-                failed: Callable[[str, Exception], None], header: Dict[str, Any],
+def _from_index(s: RankSummary, row: StepSummary, proc: ProcDir, file: str, meta: Dict[str, Any],
+                first: Optional[Tuple[int, str]], failed: Callable[[str, Exception], None], header: Dict[str, Any],
                 progress: Optional[ProgressFn]) -> None:
-    """A step row from the index's figures; the first NaN/Inf record alone is read (for its leaves)."""
-    file, (meta, records, position, record) = indexed
-    header.update(meta.get("header") or {})
-    row.records = records
-    if position is not None:
+    """A step row from the index: its record count from the file's metadata, its first NaN/Inf from the scan of
+    the whole index; that record alone is read (for its leaves)."""
+    row.records = meta["records"]
+    if first is not None:
+        position, record = first
         row.first_nan = (position, record)
         if s.nan is None:
             s.first_nan = (proc.step, record)
@@ -104,10 +104,7 @@ def _from_index(s: RankSummary, row: StepSummary, proc: ProcDir, indexed: Tuple[
                       for leaf in nonfinite_leaves(value)]
             s.nan = NanHit(label=s.label, rank=s.rank, attempt=s.attempt, step=proc.step, position=position,
                            record=record, leaves=leaves, path=proc.path)
-    if progress is not None:
-        progress(index.source_bytes(meta))
-    for f, message in meta.get("errors") or []:
-        failed(os.path.join(proc.path, f), ValueError(message))
+    index.replay(proc, meta, failed, header, progress)
 
 
 def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Optional[ProgressFn] = None,
@@ -122,11 +119,11 @@ def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Op
     frames.
     """
     found: Dict[Tuple[str, str], RankSummary] = {}
-    # Without on_record, a directory with an up-to-date index file is summarised from one DuckDB pass over the
-    # whole index: its number of records and first NaN/Inf, without reading a record
+    # Without on_record, a directory with an up-to-date index file is summarised from the index's metadata (its
+    # number of records) and one DuckDB scan of the whole index (its first NaN/Inf), without reading a record
     procs = discover(dump_path)
-    figures = (index.step_figures(dump_path) if on_record is None and reading.USE_INDEX and os.path.isdir(dump_path)
-               and index.exists(dump_path) else {})
+    metas = index.metadata(dump_path) if on_record is None else {}
+    firsts = index.first_nonfinite(dump_path) if metas else {}
     for proc in procs:
         if select is not None and not select(proc):
             continue
@@ -155,9 +152,11 @@ def summarize(dump_path: str, on_record: Optional[RecordFn] = None, progress: Op
             row.errors += 1
             s.problems.append(f"step{proc.step}/{proc.process}/{os.path.basename(file)}: unreadable ({exc})")
 
-        indexed = index.figures_of(proc, figures) if figures and done is None else None
-        if indexed is not None:
-            _from_index(s, row, proc, indexed, failed, header, progress)
+        indexed = index.fresh_in(proc, metas) if metas and done is None else None
+        if indexed is not None and "records" in indexed[1]:
+            _from_index(s, row, proc, *indexed, firsts.get(indexed[0]), failed, header, progress)
+        else:
+            indexed = None
         for position, name, value, suspect in (iter_proc(proc, failed, header, progress) if done is None and
                                                indexed is None else ()):
             row.records += 1
