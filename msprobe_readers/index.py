@@ -13,6 +13,7 @@ pyarrow and duckdb are imported only here, and only when used.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -250,14 +251,22 @@ def build(dump_path: str, force: bool = False, select: Optional[Callable[[ProcDi
     ranks) whose records changed since it was last indexed.
     Returns {"directories": indexed, "skipped": up to date, "rows": rows written}."""
     done = {"directories": 0, "skipped": 0, "rows": 0}
-    collecting = gc.isenabled()
-    gc.disable()  # the rows are acyclic: collections would only rescan millions of fresh objects (~30% of the time)
-    try:
+    with no_collection():  # the rows are acyclic: collections would only rescan them (~30% of the time)
         _build(dump_path, force, select, done)
+    return done
+
+
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """The cyclic garbage collector off while a reader makes millions of acyclic objects (rows, leaves): each
+    collection would rescan every one still alive, and reference counting frees them anyway."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if collecting:
             gc.enable()
-    return done
 
 
 def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], bool]], done: Dict[str, int]) -> None:
@@ -298,8 +307,8 @@ def _connection() -> Any:
 
 
 def _cursor() -> Any:
-    """A cursor of its own, so that a consumer may read another directory before a generator is done (the
-    setting is per cursor)."""
+    """A cursor of its own, so that a consumer may read another directory before a generator is done, or a
+    thread read while the caller works (the setting is per cursor)."""
     cursor = _connection().cursor()
     cursor.execute("SET enable_progress_bar = false")
     return cursor
@@ -398,26 +407,96 @@ def replay(proc: ProcDir, meta: Dict[str, Any], on_error: Optional[Callable[[str
             on_error(os.path.join(proc.path, f), ValueError(message))
 
 
-def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> Iterator[Tuple[int, int, str, List[Leaf]]]:
+def iter_many(files: List[str], where: Tuple[str, Dict[str, Any]], batches: Optional[List[Any]] = None
+              ) -> Iterator[Tuple[int, int, str, List[Leaf]]]:
     """(index into ``files``, position, record name, leaves) of the records with rows that meet ``where`` (an SQL
     condition on a row, its named parameters): the leaves are those rows, in the order ``stats.leaves`` gives
     for the rebuilt record (``_rebuild``). Many index files in one DuckDB scan: a step of thousands of ranks is
-    one query, not one per rank."""
+    one query, not one per rank; the rows come as Arrow batches (``batches``: ``fetch_many``'s, read before),
+    made into leaves a column at a time."""
+    import numpy as np
+
+    carry: Optional[Tuple[int, int, str, List[Leaf]]] = None  # a record may run on into the next batch
+    for batch in batches if batches is not None else _batches(_many(where), {"files": files, **where[1]}):
+        if not batch.num_rows:
+            continue
+        f, at = batch.column(0).to_numpy(), batch.column(1).to_numpy()
+        starts = np.flatnonzero(np.concatenate([[True], (f[1:] != f[:-1]) | (at[1:] != at[:-1])])).tolist()
+        names_ = _pylist(batch.column(2))
+        leaves = _leaves(batch)
+        ends = starts[1:] + [batch.num_rows]
+        fs, ats = f.tolist(), at.tolist()
+        tensorless = None in leaves
+        if carry is not None and (carry[0], carry[1]) == (fs[0], ats[0]):
+            carry[3].extend(leaf for leaf in leaves[:ends[0]] if leaf is not None)
+            starts, ends = starts[1:], ends[1:]
+        for s, e in zip(starts, ends):
+            if carry is not None:
+                yield carry
+            group = leaves[s:e]
+            carry = (fs[s], ats[s], names_[s], [leaf for leaf in group if leaf is not None] if tensorless else group)
+    if carry is not None:
+        yield carry
+
+
+def fetch_many(files: List[str], where: Tuple[str, Dict[str, Any]]) -> List[Any]:
+    """The Arrow batches ``iter_many`` reads, read whole: DuckDB reads without holding the GIL, so a thread can
+    read a step's files while the caller compares the step before."""
+    return list(_batches(_many(where), {"files": files, **where[1]}))
+
+
+def _many(where: Tuple[str, Dict[str, Any]]) -> str:
+    return (f"SELECT list_position($files, filename) - 1 AS f, {_COLUMNS_READ.replace('shape', 'shape::VARCHAR')} "
+            "FROM read_parquet($files, filename = true, file_row_number = true, hive_partitioning = false) "
+            f"WHERE {where[0]} ORDER BY f, file_row_number")
+
+
+def _batches(query: str, params: Dict[str, Any]) -> Any:
+    """The result of a query as Arrow record batches (DuckDB 2 names the call otherwise than 1.x)."""
     cursor = _cursor()
-    cursor.execute(
-        f"SELECT list_position($files, filename) - 1 AS f, {_COLUMNS_READ} "
-        "FROM read_parquet($files, filename = true, file_row_number = true, hive_partitioning = false) "
-        f"WHERE {where[0]} ORDER BY f, file_row_number",
-        {"files": files, **where[1]})
-    intern = sys.intern
-    for key, at, name, group in _records(_rows(cursor)):
-        yield key, at, name, [
-            Leaf(intern(arg), intern(dtype) if dtype is not None else None, tuple(shape) if shape is not None else None,
-                 (mx, mn, mean, norm), md5, data_name,
-                 stat_placements(json.loads(placed)) if placed is not None else None,
-                 stat_mesh(json.loads(mesh)) if mesh is not None else None, error)
-            for _, _, _, arg, dtype, shape, mx, mn, mean, norm, md5, data_name, placed, mesh, error in group
-            if arg is not None]
+    relation = cursor.sql(query, params=params)
+    if hasattr(relation, "to_arrow_reader"):
+        return relation.to_arrow_reader(BATCH_ROWS)
+    return cursor.execute(query, params).fetch_record_batch(BATCH_ROWS)
+
+
+def _pylist(column: Any, convert: Optional[Callable[[Any], Any]] = None) -> List[Any]:
+    """An Arrow column as a Python list, each distinct value made (and converted) once."""
+    import pyarrow.compute as pc
+
+    if column.null_count == len(column):
+        return [None] * len(column)
+    coded = pc.dictionary_encode(column)
+    values = coded.dictionary.to_pylist()
+    if convert is not None:
+        values = [convert(v) for v in values]
+    values.append(None)
+    return list(map(values.__getitem__, coded.indices.fill_null(len(values) - 1).to_numpy().tolist()))
+
+
+def _shape(text: str) -> Tuple[int, ...]:
+    """DuckDB's text of a list of integers ("[32, 64]", "[]") as a shape."""
+    inner = text[1:-1]
+    return tuple(int(x) for x in inner.split(",")) if inner else ()
+
+
+def _floats(column: Any) -> List[Optional[float]]:
+    return column.to_pylist() if column.null_count else column.to_numpy().tolist()
+
+
+def _leaves(batch: Any) -> List[Optional[Leaf]]:
+    """The leaf of each row of a batch of ``iter_many``'s columns; None for a row without a tensor."""
+    col = batch.column
+    arg = _pylist(col(3), sys.intern)
+    shapes = _pylist(col(5), _shape)  # as text: a list column would be made a Python list per row
+    stats = list(zip(_floats(col(6)), _floats(col(7)), _floats(col(8)), _floats(col(9))))
+    leaves: List[Optional[Leaf]] = list(map(
+        Leaf, arg, _pylist(col(4), sys.intern), shapes, stats, _pylist(col(10)), _pylist(col(11)),
+        _pylist(col(12), lambda v: stat_placements(json.loads(v))),
+        _pylist(col(13), lambda v: stat_mesh(json.loads(v))), _pylist(col(14))))
+    if col(3).null_count:
+        leaves = [leaf if name is not None else None for leaf, name in zip(leaves, arg)]
+    return leaves
 
 
 def metadata(dump_path: str) -> Dict[str, Dict[str, Any]]:

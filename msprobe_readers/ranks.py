@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Pattern, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Pattern, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -96,6 +97,7 @@ class RanksResult:
 class _Proc:
     def __init__(self, proc: ProcDir):
         self.proc = proc
+        self.label = proc.label
         self.records: Dict[str, Tuple[int, str, List[st.Leaf]]] = {}
         self.params: Dict[Tuple, List[str]] = {}  # (shape, stats) -> parameter names, to name optimizer records
 
@@ -110,32 +112,63 @@ def _close_to(v: Any, x: float, rtol: float, atol: float) -> Any:
         return np.isfinite(v) & (np.abs(v - x) <= atol + rtol * np.maximum(np.abs(v), abs(x)))
 
 
+_PATH = operator.itemgetter(0)  # a Leaf's path
+
+
+def _columns(lists: List[List[st.Leaf]]) -> Tuple[List[str], Dict[str, st.Column]]:
+    """The paths of the first rank's leaves that every rank has, in its order, and each one's column over the
+    ranks. Ranks mostly hold the same paths in the same order: then the columns are the lists transposed."""
+    first = lists[0]
+    k = len(first)
+    paths = [leaf.path for leaf in first]
+    if len(set(paths)) == k and all(len(x) == k for x in lists):
+        cols = list(zip(*lists))
+        if all(len(set(map(_PATH, col))) == 1 for col in cols):
+            return paths, {path: st.Column(col) for path, col in zip(paths, cols)}
+    leafsets = [{leaf.path: leaf for leaf in x} for x in lists]
+    paths = [path for path in paths if all(path in ls for ls in leafsets)]
+    return paths, {path: st.Column([ls[path] for ls in leafsets]) for path in dict.fromkeys(paths)}
+
+
 def check_dump(dump_path: str, checker: RankChecker, progress: Optional[ProgressFn] = None) -> RanksResult:
     """Run ``checker`` over a dump. Through the index, a step's directories are read in one DuckDB query that
     yields only the records the checker keeps (``wanted``), so a step of thousands of ranks costs what its
-    parameters, gradients and optimizer records do; other directories are read from their JSON."""
+    parameters, gradients and optimizer records do; a thread reads the next step's while this one is compared.
+    Other directories are read from their JSON."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from msprobe_readers import index
 
     found = discover(dump_path)
     metas = index.metadata(dump_path)
+    steps = []
     for _, group in itertools.groupby(found, key=lambda p: (p.root, p.step)):
         fresh = [(p, index.fresh_in(p, metas) if metas else None) for p in group if checker.compares(p)]
         indexed = [(p, f) for p, f in fresh if f is not None]
-        where = checker.wanted([p for p, _ in indexed]) if indexed else None
-        # in discover's order, a directory joins its step when it has a record, as the checker over every record
-        # has it (the order of the step's ranks decides ties)
-        for p, f in fresh:
-            if where is not None and f is not None:
-                if f[1].get("records", 1):
-                    checker.enter(p)
-                continue
-            for position, name, value, _ in iter_proc(p, progress=progress):
-                checker.on_record(p, position, name, value)
-        if where is not None:
-            for i, position, name, leaves in index.iter_many([f[0] for _, f in indexed], where):
-                checker.on_leaves(indexed[i][0], position, name, leaves)
-            if progress is not None:
-                progress(sum(index.source_bytes(f[1]) for _, f in indexed))
+        steps.append((fresh, indexed, checker.wanted([p for p, _ in indexed]) if indexed else None))
+    reads: Dict[int, Future] = {}
+    with ThreadPoolExecutor(1) as pool, index.no_collection():
+        def read(k: int) -> None:
+            if k < len(steps) and k not in reads and steps[k][2] is not None:
+                reads[k] = pool.submit(index.fetch_many, [f[0] for _, f in steps[k][1]], steps[k][2])
+
+        for k, (fresh, indexed, where) in enumerate(steps):
+            read(k)
+            read(k + 1)
+            # in discover's order, a directory joins its step when it has a record, as the checker over every
+            # record has it (the order of the step's ranks decides ties)
+            for p, f in fresh:
+                if where is not None and f is not None:
+                    if f[1].get("records", 1):
+                        checker.enter(p)
+                    continue
+                for position, name, value, _ in iter_proc(p, progress=progress):
+                    checker.on_record(p, position, name, value)
+            if where is not None:
+                files = [f[0] for _, f in indexed]
+                checker.on_many([p for p, _ in indexed], index.iter_many(files, where, reads.pop(k).result()))
+                if progress is not None:
+                    progress(sum(index.source_bytes(f[1]) for _, f in indexed))
     return checker.finish()
 
 
@@ -156,7 +189,7 @@ class RankChecker:
         # parameters_grad departures wait for the end: they are dropped if the record is rank-local
         self._grad_agree: Dict[str, bool] = {}  # record -> whether two ranks ever agreed on finite values
         self._grad_deps: Dict[str, Dict[str, Departure]] = {}  # record -> rank label -> its first departure
-        self._grad_step_counts: List[Tuple[str, str, int]] = []  # (record, rank label, step)
+        self._grad_step_counts: List[Tuple[str, int, List[str]]] = []  # (record, step, departing rank labels)
         self._lonely: List[int] = []  # steps with a single rank
         self._names: Dict[str, Tuple[Optional[str], bool]] = {}
 
@@ -167,9 +200,13 @@ class RankChecker:
 
     def enter(self, proc: ProcDir) -> Optional[_Proc]:
         """Start (or continue) a step/rank directory; None when it is not compared."""
+        group = (proc.root, proc.step)
+        if group == self._group:  # the directory's next record: it was already let in, or kept out
+            p = self._procs.get(proc.key)
+            if p is not None and p.proc is proc:
+                return p
         if not self.compares(proc):
             return None
-        group = (proc.root, proc.step)
         if group != self._group:
             self._finish_group()
             self._group = group
@@ -206,12 +243,21 @@ class RankChecker:
 
     def on_leaves(self, proc: ProcDir, position: int, name: str, leaves: List[st.Leaf]) -> None:
         """``on_record`` with the record's leaves already made (the index's rows are leaves)."""
-        p = self.enter(proc)
-        if p is None:
-            return
-        mod, grad = self._name(name)
-        params = [leaf for leaf in leaves if leaf.path.startswith("parameters.")] if mod is not None else []
-        self._take(p, position, name, mod, grad, params, lambda: leaves)
+        self.on_many([proc], [(0, position, name, leaves)])
+
+    def on_many(self, procs: Sequence[ProcDir], records: Iterable[Tuple[int, int, str, List[st.Leaf]]]) -> None:
+        """``on_leaves`` for (index into ``procs``, position, name, leaves) of many directories' records, in
+        order (``index.iter_many``): a step of thousands of ranks is hundreds of thousands of records."""
+        last, p = -1, None
+        known, take = self._names, self._take
+        for i, position, name, leaves in records:
+            if i != last:
+                last, p = i, self.enter(procs[i])
+            if p is None:
+                continue
+            mod, grad = known.get(name) or self._name(name)
+            params = [leaf for leaf in leaves if leaf.path.startswith("parameters.")] if mod is not None else []
+            take(p, position, name, mod, grad, params, leaves)
 
     def _name(self, name: str) -> Tuple[Optional[str], bool]:
         """(module path, is a parameters_grad record): names repeat on every rank and step."""
@@ -223,20 +269,25 @@ class RankChecker:
         return known
 
     def _take(self, p: _Proc, position: int, name: str, mod: Optional[str], grad: bool, params: List[st.Leaf],
-              leaves: Callable[[], List[st.Leaf]]) -> None:
+              leaves: Union[List[st.Leaf], Callable[[], List[st.Leaf]]]) -> None:
+        """Keep a record the step compares; ``leaves``, or a function making them (only for a record kept)."""
         for leaf in params:
             pname = f"{mod}.{leaf.path.split('.', 1)[1]}"
             p.params.setdefault((leaf.shape, leaf.stats), []).append(pname)
-        if any(rx.search(name) for rx in self.patterns):
-            p.records[name] = (position, "pattern", leaves())
+        if self.patterns and any(rx.search(name) for rx in self.patterns):
+            kind = "pattern"
         elif not self.defaults:
             return
         elif grad:
-            p.records[name] = (position, "grad", leaves())
+            kind = "grad"
         elif params:
             p.records[name] = (position, "param", params)
+            return
         elif name in self._optimizer_keys(p.proc):
-            p.records[name] = (position, "optimizer", leaves())
+            kind = "optimizer"
+        else:
+            return
+        p.records[name] = (position, kind, leaves if isinstance(leaves, list) else leaves())
 
     def _optimizer_keys(self, proc: ProcDir) -> Set[str]:
         keys = self._optim.get(proc.path)
@@ -260,19 +311,17 @@ class RankChecker:
         return keys
 
     # ---- comparison ----
-    def _reference(self, leafsets: List[Dict[str, st.Leaf]], paths: List[str]) -> int:
+    def _reference(self, columns: List[st.Column]) -> int:
         """The rank closest to the per-statistic median: fewest statistics outside tolerance of it (and shapes
-        other than the most common), the lowest index on a tie. Over columns: thousands of ranks per leaf."""
-        n = len(leafsets)
+        other than the most common, the first seen of them on a tie), the lowest index on a tie. Over columns:
+        thousands of ranks per leaf."""
+        n = columns[0].n
         if n <= 2:
             return 0
         scores = np.zeros(n, dtype=np.int64)
-        for path in paths:
-            column = [ls[path] for ls in leafsets]
-            shapes = [leaf.shape for leaf in column]
-            common = max(set(shapes), key=shapes.count)
-            scores += np.fromiter((s != common for s in shapes), dtype=np.int64, count=n)
-            values = np.array([leaf.stats for leaf in column], dtype=np.float64).reshape(n, len(st.STATS))  # None: NaN
+        for column in columns:
+            scores += column.shape != np.bincount(column.shape).argmax()
+            values = column.values  # missing: NaN
             for j in range(len(st.STATS)):
                 v = values[:, j]
                 finite = np.sort(v[~np.isnan(v)])  # infinities included, as st.median takes them
@@ -301,58 +350,73 @@ class RankChecker:
             if len(present) < 2:
                 continue
             kind = present[0].records[name][1]
-            leafsets = [{leaf.path: leaf for leaf in p.records[name][2]} for p in present]
-            paths = [leaf.path for leaf in present[0].records[name][2] if all(leaf.path in ls for ls in leafsets)]
+            paths, columns = _columns([p.records[name][2] for p in present])
             if not paths:
                 continue
-            refs = self._references(present, leafsets, paths)
+            refs = self._references(present, columns, paths)
             if not refs:
                 continue
             self.result.compared[kind] += 1
-            departed = compared = 0
-            agree_ref = None
-            for i, p in enumerate(present):
-                checked = False
-                for path in paths:
-                    ref = refs.get(path, {}).get(i)
-                    if ref is None or ref == i:
-                        continue
-                    checked = True
-                    a, b = leafsets[i][path], leafsets[ref][path]
-                    reason = st.missing_reason(a, b)
-                    if reason is not None:
-                        self._missing(p, present[ref], step, name, path, a, b, reason)
-                    why = st.leaf_mismatch(a, b, self.rtol, self.atol, skip_missing=True)
-                    if why is None:
-                        continue
-                    departed += 1
-                    dep = Departure(
-                        label=p.proc.label, rank=p.proc.rank, root=root, step=step, position=p.records[name][0],
-                        record=name, kind=kind, leaf=path, field=why,
-                        value=st.field_value(a, why), reference=st.field_value(b, why),
-                        reference_label=present[ref].proc.label,
-                        param=self._param_name(name, kind, path, present[ref]), ranks=len(present))
-                    if kind == "grad":
-                        self._grad_deps.setdefault(name, {}).setdefault(dep.label, dep)
-                        self._grad_step_counts.append((name, dep.label, step))
-                    else:
-                        self._add(dep)
-                    break
-                else:
-                    if checked:
-                        agree_ref = next((refs[q][i] for q in paths if i in refs.get(q, {})), 0)
-                compared += checked
-            if kind == "grad" and compared and not departed:
-                # every rank agrees here (on finite values: NaN everywhere agrees trivially). Some ranks
-                # agreeing is not enough: under FSDP2 with tensor parallelism, a tensor-parallel pair is fed
-                # one batch and agrees before the reduction while the data-parallel ranks differ
-                ref = agree_ref if agree_ref is not None else 0
-                finite = any(v is not None and math.isfinite(v) for path in paths for v in leafsets[ref][path].stats)
-                self._grad_agree[name] = self._grad_agree.get(name, False) or finite
-            elif kind == "grad":
-                self._grad_agree.setdefault(name, False)
+            self._compare(root, step, name, kind, present, columns, paths, refs)
 
-    def _references(self, present: List[_Proc], leafsets: List[Dict[str, st.Leaf]],
+    def _compare(self, root: str, step: int, name: str, kind: str, present: List[_Proc],
+                 columns: Dict[str, st.Column], paths: List[str], refs: Dict[str, Dict[int, int]]) -> None:
+        """Compare every rank of one record with its reference at once, over columns (one per leaf path): a rank
+        departs at the first path, in record order, where ``st.leaf_mismatch`` finds a field; a statistic one side
+        lacks is reported for every path compared up to there."""
+        n, count = len(present), len(paths)
+        ref = np.full((count, n), -1, dtype=np.int64)
+        for k, path in enumerate(paths):
+            for i, j in refs.get(path, {}).items():
+                ref[k, i] = j
+        codes = np.zeros((count, n), dtype=np.int64)
+        lacks = np.zeros((count, n), dtype=bool)
+        for k, path in enumerate(paths):
+            codes[k], lacks[k] = columns[path].mismatches(ref[k], self.rtol, self.atol)
+        checks = (ref >= 0) & (ref != np.arange(n))
+        departs = checks & (codes > 0)
+        departed = departs.any(axis=0)
+        first = np.where(departed, departs.argmax(axis=0), count)  # the path each rank departs at
+        lacking = checks & lacks & (np.arange(count)[:, None] <= first)
+        for i, k in np.argwhere(lacking.T):  # rank by rank, path by path
+            a, b = columns[paths[k]].leaves[i], columns[paths[k]].leaves[ref[k, i]]
+            self._missing(present[i], present[ref[k, i]], step, name, paths[k], a, b, st.missing_reason(a, b))
+        checked = checks.any(axis=0)
+        agreeing = np.flatnonzero(checked & ~departed)
+        deps = self._grad_deps.setdefault(name, {}) if kind == "grad" else None
+        labels = []
+        for i in np.flatnonzero(departed):
+            p, k = present[i], first[i]
+            label = p.label
+            labels.append(label)
+            if deps is not None and label in deps:
+                continue  # only a gradient's first departure per rank is kept
+            path, j = paths[k], ref[k, i]
+            why = st.MISMATCH_FIELDS[codes[k, i] - 1]
+            a, b = columns[path].leaves[i], columns[path].leaves[j]
+            dep = Departure(
+                label=label, rank=p.proc.rank, root=root, step=step, position=p.records[name][0], record=name,
+                kind=kind, leaf=path, field=why, value=st.field_value(a, why), reference=st.field_value(b, why),
+                reference_label=present[j].label, param=self._param_name(name, kind, path, present[j]),
+                ranks=n)
+            if deps is not None:
+                deps[label] = dep
+            else:
+                self._add(dep)
+        if deps is not None:
+            self._grad_step_counts.append((name, step, labels))
+        if kind == "grad" and checked.any() and not departed.any():
+            # every rank agrees here (on finite values: NaN everywhere agrees trivially). Some ranks
+            # agreeing is not enough: under FSDP2 with tensor parallelism, a tensor-parallel pair is fed
+            # one batch and agrees before the reduction while the data-parallel ranks differ
+            i = agreeing[-1]
+            j = ref[np.flatnonzero(ref[:, i] >= 0)[0], i]
+            finite = any(v is not None and math.isfinite(v) for path in paths for v in columns[path].leaves[j].stats)
+            self._grad_agree[name] = self._grad_agree.get(name, False) or finite
+        elif kind == "grad":
+            self._grad_agree.setdefault(name, False)
+
+    def _references(self, present: List[_Proc], columns: Dict[str, st.Column],
                     paths: List[str]) -> Dict[str, Dict[int, int]]:
         """path -> {rank index: index of the rank it is compared with}. Only replicas are compared: ranks
         holding the same shard of a DTensor (the same mesh coordinate along every non-Replicate placement);
@@ -361,8 +425,9 @@ class RankChecker:
         whole: List[str] = []
         groups: Dict[str, Dict[Any, List[int]]] = {}
         for path in paths:
-            keys = [st.shard_key(leafsets[i][path], present[i].proc.rank) for i in range(n)]
-            if all(k == keys[0] for k in keys):
+            column = columns[path]
+            keys = [st.shard_key(column.leaves[i], present[i].proc.rank) for i in range(n)] if column.placed else []
+            if all(k == keys[0] for k in keys):  # plain tensors: every key is None
                 whole.append(path)
                 continue
             g: Dict[Any, List[int]] = {}
@@ -371,9 +436,9 @@ class RankChecker:
             groups[path] = g
         refs: Dict[str, Dict[int, int]] = {}
         if whole:
-            ref = self._reference(leafsets, whole)
+            ref = self._reference([columns[path] for path in whole])
             for path in whole:
-                refs[path] = {i: ref for i in range(n)}
+                refs[path] = dict.fromkeys(range(n), ref)
         for path, g in groups.items():
             table: Dict[int, int] = {}
             if any(len(idxs) < 2 for idxs in g.values()):
@@ -381,7 +446,7 @@ class RankChecker:
             for idxs in g.values():
                 if len(idxs) < 2:
                     continue
-                ref = idxs[self._reference([leafsets[i] for i in idxs], [path])]
+                ref = idxs[self._reference([columns[path].subset(idxs)])]
                 table.update({i: ref for i in idxs})
             if table:
                 refs[path] = table
@@ -396,9 +461,8 @@ class RankChecker:
                 else (ref, p)
             r.missing.append(Missing(lacking.proc.label, step, name, path, reason, other.proc.label))
 
-    @staticmethod
-    def _param_name(name: str, kind: str, path: str, ref: _Proc) -> Optional[str]:
-        mod = names.module_path(name)
+    def _param_name(self, name: str, kind: str, path: str, ref: _Proc) -> Optional[str]:
+        mod = self._name(name)[0]
         if kind == "param" and mod is not None:
             return f"{mod}.{path.split('.', 1)[1]}"
         if kind == "grad" and mod is not None:
@@ -434,10 +498,11 @@ class RankChecker:
                 cur = r.first.get(dep.label)
                 if cur is None or (dep.step, dep.position) < (cur.step, cur.position):
                     r.first[dep.label] = dep
-        for name, label, step in self._grad_step_counts:
+        for name, step, labels in self._grad_step_counts:
             if name not in local:
-                r.counts[label] = r.counts.get(label, 0) + 1
-                r.step_counts[(label, step)] = r.step_counts.get((label, step), 0) + 1
+                for label in labels:
+                    r.counts[label] = r.counts.get(label, 0) + 1
+                    r.step_counts[(label, step)] = r.step_counts.get((label, step), 0) + 1
         r.steps.sort()
         if self._lonely:
             r.notes.append(f"only one rank in step(s) {','.join(map(str, sorted(set(self._lonely))))}: not compared")

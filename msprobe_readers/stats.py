@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
 
 from msprobe_inject.dumpformat.nonfinite import STATS, is_nonfinite
 
-__all__ = ["STATS", "Stats", "Leaf", "iter_tensors", "leaves", "close", "leaf_mismatch", "field_value", "delta",
-           "fmt", "median", "shard_key", "missing_reason"]
+__all__ = ["STATS", "Stats", "Leaf", "iter_tensors", "leaves", "close", "close_array", "leaf_mismatch",
+           "Column", "MISMATCH_FIELDS", "field_value", "delta", "fmt", "median", "shard_key", "missing_reason"]
 Stats = Tuple[Optional[float], Optional[float], Optional[float], Optional[float]]
 
 
@@ -141,6 +143,66 @@ def close(a: Optional[float], b: Optional[float], rtol: float, atol: float) -> b
     if math.isinf(a) or math.isinf(b):
         return a == b
     return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
+
+
+def close_array(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """``close`` element by element over float arrays of present values (no missing ones)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        na, nb = np.isnan(a), np.isnan(b)
+        within = np.abs(a - b) <= atol + rtol * np.maximum(np.abs(a), np.abs(b))
+        return np.where(na | nb, na & nb, np.where(np.isfinite(a) & np.isfinite(b), within, a == b))
+
+
+# leaf_mismatch's fields in the order it tests them; ``Column.mismatches`` gives 1 + an index into this, 0 for none
+MISMATCH_FIELDS = ("shape", "dtype") + tuple(STATS) + ("md5",)
+
+
+def _codes(values: Sequence[Any]) -> np.ndarray:
+    """Equal values get equal codes, numbered in order of first appearance (the common case: all equal, all 0)."""
+    if values.count(values[0]) == len(values):
+        return np.zeros(len(values), dtype=np.int64)
+    ids: Dict[Any, int] = {}
+    return np.fromiter((ids.setdefault(v, len(ids)) for v in values), dtype=np.int64, count=len(values))
+
+
+class Column:
+    """The leaves of one argument path of a record over many ranks, as arrays made once: what comparing
+    thousands of ranks' leaves needs. ``values`` has NaN for a missing statistic, and ``absent`` says which."""
+
+    def __init__(self, leaves: Sequence[Leaf]):
+        self.leaves = leaves
+        n = self.n = len(leaves)
+        _, dtypes, shapes, stats, md5s, _, placements, meshes, _ = zip(*leaves)
+        self.placed = placements.count(None) < n and meshes.count(None) < n  # some leaf may be a DTensor's
+        self.shape, self.dtype = _codes(shapes), _codes(dtypes)
+        self.md5 = None if md5s.count(None) == n else (
+            _codes(md5s), np.fromiter((m is not None for m in md5s), dtype=bool, count=n))
+        self.values = np.array(stats, dtype=np.float64).reshape(n, len(STATS))  # None becomes NaN
+        if np.isnan(self.values).any():  # a statistic may be missing rather than NaN
+            self.absent = np.equal(np.array(stats, dtype=object).reshape(n, len(STATS)), None)
+        else:
+            self.absent = np.zeros((n, len(STATS)), dtype=bool)
+
+    def subset(self, idxs: Sequence[int]) -> Column:
+        return Column([self.leaves[i] for i in idxs])
+
+    def mismatches(self, ref: np.ndarray, rtol: float, atol: float) -> Tuple[np.ndarray, np.ndarray]:
+        """``leaf_mismatch(leaves[i], leaves[ref[i]], skip_missing=True)`` and whether ``missing_reason`` is not
+        None, for every i at once: (code per leaf: 0 for no mismatch or ref[i] < 0, else 1 + the index of the
+        field in MISMATCH_FIELDS; bool per leaf)."""
+        n = self.n
+        valid = ref >= 0
+        r = np.where(valid, ref, np.arange(n))
+        values, absent = self.values, self.absent
+        agree = close_array(values, values[r], rtol, atol) | absent | absent[r]  # skip_missing
+        if self.md5 is not None:
+            md5, has = self.md5
+            differ = has & has[r] & (md5 != md5[r])
+        else:
+            differ = np.zeros(n, dtype=bool)
+        fields = np.vstack([self.shape != self.shape[r], self.dtype != self.dtype[r], ~agree.T, differ])
+        codes = np.where(valid & fields.any(axis=0), fields.argmax(axis=0) + 1, 0)
+        return codes, valid & (absent != absent[r]).any(axis=1)
 
 
 def leaf_mismatch(a: Leaf, b: Leaf, rtol: float, atol: float, skip_missing: bool = False) -> Optional[str]:

@@ -134,3 +134,20 @@ def test_the_summary_counts_from_one_pass_over_the_index_and_reads_only_the_firs
     by_index = summary.summarize(str(dump))
     assert reads == [1]  # rank 1's NaN record at step 1, position 1: nothing else is read record by record
     assert repr(by_index) == repr(by_json)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 7, 100_000])
+def test_many_files_in_one_scan_give_each_record_its_leaves_whatever_the_batches(tmp_path, monkeypatch, batch):
+    """iter_many reads Arrow batches of BATCH_ROWS rows, and a record's rows may run across two of them: the
+    leaves are those of stats.leaves over the record in dump.json, record by record, whatever the batch size."""
+    dump = tmp_path / "d"
+    _job(dump)
+    procs = [p for p in reading.discover(str(dump)) if p.root == "."]
+    want = [(i, position, name, st.leaves(value)) for i, p in enumerate(procs)
+            for position, name, value, _ in reading.iter_proc(p)]  # from the JSON: there is no index yet
+    index.build(str(dump))
+    files = [index.fresh_file(p)[0] for p in procs]
+    monkeypatch.setattr(index, "BATCH_ROWS", batch)
+    got = list(index.iter_many(files, ("true", {})))
+    assert repr(got) == repr(want)  # repr: NaN equals NaN
+    assert any(not leaves for *_, leaves in got) and any(len(leaves) > 1 for *_, leaves in got)

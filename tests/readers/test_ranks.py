@@ -207,7 +207,7 @@ def _reference_by_elements(checker, leafsets, paths):
     scores = [0] * n
     for path in paths:
         shapes = [ls[path].shape for ls in leafsets]
-        common = max(set(shapes), key=shapes.count)
+        common = max(dict.fromkeys(shapes), key=shapes.count)  # the first seen of the most common
         for i, s in enumerate(shapes):
             scores[i] += s != common
         for j in range(len(st.STATS)):
@@ -230,7 +230,8 @@ def test_the_reference_over_columns_is_the_element_by_element_one():
         leafsets = [{p: st.Leaf(p, "torch.float32", rng.choice([(2,), (2,), (3,)]),
                                 tuple(rng.choice(pool) for _ in st.STATS), None, None) for p in paths}
                     for _ in range(n)]
-        assert checker._reference(leafsets, paths) == _reference_by_elements(checker, leafsets, paths)
+        columns = [st.Column([ls[p] for ls in leafsets]) for p in paths]
+        assert checker._reference(columns) == _reference_by_elements(checker, leafsets, paths)
 
 
 def test_a_rank_without_records_in_a_step_is_not_one_of_its_ranks(tmp_path):
@@ -242,3 +243,88 @@ def test_a_rank_without_records_in_a_step_is_not_one_of_its_ranks(tmp_path):
     write_dump(d / "step0" / "rank2", {})
     r = _check(str(d))
     assert r.labels == ["0", "1"] and r.compared["grad"] == 1
+
+
+class _ElementChecker(ranks.RankChecker):
+    """The comparison as ranks.py made it rank by rank and leaf by leaf before it compared columns (the oracle)."""
+
+    def _compare(self, root, step, name, kind, present, columns, paths, refs):
+        leafsets = [{path: columns[path].leaves[i] for path in paths} for i in range(len(present))]
+        departed = compared = 0
+        agree_ref = None
+        labels = []
+        for i, p in enumerate(present):
+            checked = False
+            for path in paths:
+                ref = refs.get(path, {}).get(i)
+                if ref is None or ref == i:
+                    continue
+                checked = True
+                a, b = leafsets[i][path], leafsets[ref][path]
+                reason = st.missing_reason(a, b)
+                if reason is not None:
+                    self._missing(p, present[ref], step, name, path, a, b, reason)
+                why = st.leaf_mismatch(a, b, self.rtol, self.atol, skip_missing=True)
+                if why is None:
+                    continue
+                departed += 1
+                dep = ranks.Departure(
+                    label=p.proc.label, rank=p.proc.rank, root=root, step=step, position=p.records[name][0],
+                    record=name, kind=kind, leaf=path, field=why, value=st.field_value(a, why),
+                    reference=st.field_value(b, why), reference_label=present[ref].proc.label,
+                    param=self._param_name(name, kind, path, present[ref]), ranks=len(present))
+                if kind == "grad":
+                    self._grad_deps.setdefault(name, {}).setdefault(dep.label, dep)
+                    labels.append(dep.label)
+                else:
+                    self._add(dep)
+                break
+            else:
+                if checked:
+                    agree_ref = next((refs[q][i] for q in paths if i in refs.get(q, {})), 0)
+            compared += checked
+        if kind == "grad":
+            self._grad_step_counts.append((name, step, labels))
+        if kind == "grad" and compared and not departed:
+            ref = agree_ref if agree_ref is not None else 0
+            finite = any(v is not None and math.isfinite(v) for path in paths for v in leafsets[ref][path].stats)
+            self._grad_agree[name] = self._grad_agree.get(name, False) or finite
+        elif kind == "grad":
+            self._grad_agree.setdefault(name, False)
+
+
+@pytest.mark.json_only
+def test_the_comparison_over_columns_is_the_rank_by_rank_one():
+    """Random records over random ranks (statistics missing, NaN, infinite, near and far; shapes, dtypes, md5;
+    DTensor shards on a 2-d mesh): the checker finds what the rank-by-rank comparison finds, to the repr."""
+    rng = random.Random(11)
+    pool = [0.0, 1.0, 1.0 + 1e-7, 1.1, -1.0, 1e308, -1e308, NAN, math.inf, -math.inf, None]
+    names = ["Module.fc.Linear.parameters_grad.0", "Module.fc2.Linear.parameters_grad.0",
+             "Module.fc.Linear.forward.0", "Functional.adam.0.forward"]
+    for trial in range(300):
+        n = rng.randint(2, 9)
+        procs = [ranks.ProcDir(".", 0, step, f"rank{r}", r, f"/nowhere/step{step}/rank{r}")
+                 for step in range(2) for r in range(n)]
+        checkers = [ranks.RankChecker(patterns=["adam"]), _ElementChecker(patterns=["adam"])]
+        base = {}
+        for proc in procs:
+            for position, name in enumerate(names):
+                if rng.random() < 0.1:
+                    continue
+                leaves = []
+                for k in range(rng.randint(1, 3)):
+                    path = ("parameters.weight" if "forward.0" in name and k == 0 else f"output.{k}")
+                    key = (proc.step, name, path)
+                    stats = base.setdefault(key, tuple(rng.choice(pool) for _ in st.STATS))
+                    if rng.random() < 0.4:  # this rank departs here, or lacks a statistic
+                        stats = tuple(rng.choice(pool) if rng.random() < 0.5 else v for v in stats)
+                    sharded = rng.random() < 0.2
+                    leaves.append(st.Leaf(
+                        path, rng.choice(["torch.float32"] * 9 + ["torch.bfloat16"]),
+                        rng.choice([(2,)] * 9 + [(3,)]), stats, rng.choice([None, None, "ab", "cd"]), None,
+                        (("S", 0), ("R",)) if sharded else None, ((2, 4), tuple(range(8))) if sharded else None,
+                        rng.choice([None, None, "not recorded"])))
+                for checker in checkers:
+                    checker.on_leaves(proc, position, name, list(leaves))
+        got, want = (c.finish() for c in checkers)
+        assert repr(got) == repr(want), trial
