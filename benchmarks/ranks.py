@@ -1,6 +1,6 @@
 """Many ranks of one job on one shared dump path: what the tool adds to a job's start and end.
 
-    python benchmarks/ranks.py [--ranks 1024] [--parallel 32] [--coord-only]
+    python benchmarks/ranks.py [--ranks 1024] [--parallel 32] [--rounds 1] [--coord-only]
 
 One parent that has already imported torch and the tool forks ``--ranks`` children, ``--parallel`` running
 at a time (a machine that runs 32 ranks at once). Each child is a rank (``RANK`` set): it creates a
@@ -144,6 +144,7 @@ def main() -> None:
     ap.add_argument("--coord-only", action="store_true")
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() in the parent before forking")
     ap.add_argument("--dir", default=None, help="where the dump path is made (default: a temp dir)")
+    ap.add_argument("--rounds", type=int, default=1, help="jobs with and without the tool, alternating, R times")
     a = ap.parse_args()
     os.environ.setdefault("MSPROBE_RUN_ID", "bench-ranks")
     import importlib.metadata  # noqa: F401  (torch imports it: a real rank has it before its first record)
@@ -167,12 +168,35 @@ def main() -> None:
                                                             a.parallel)
             result.update(wall_s=wall, failed=failed, rank_s=_describe(per))
         else:
-            base, base_per, _, _, base_failed = run_job(_rank_without_tool, os.path.join(tmp, "none"), a.ranks,
-                                                        a.parallel)
-            wall, per, coord_t, coord_cpu, failed = run_job(_rank_with_tool, os.path.join(tmp, "d"), a.ranks,
-                                                            a.parallel)
-            result.update(wall_s=wall, wall_without_s=base, ratio=wall / base, failed=failed + base_failed,
-                          rank_s=_describe(per), rank_without_s=_describe(base_per))
+            # rounds alternate which job goes first, so that a machine's load drifting over the run weighs on
+            # both; each round's ratio is printed, and the medians are the figures
+            walls: List[float] = []
+            bases: List[float] = []
+            per, base_per, coord_t, coord_cpu = [], [], [], []
+            failed = 0
+            for rnd in range(a.rounds):
+                for with_tool in ((False, True) if rnd % 2 == 0 else (True, False)):
+                    if with_tool:
+                        if os.path.isdir(os.path.join(tmp, "d")):
+                            shutil.rmtree(os.path.join(tmp, "d"))
+                        wall, p, ct, cc, f = run_job(_rank_with_tool, os.path.join(tmp, "d"), a.ranks, a.parallel)
+                        walls.append(wall)
+                        per += p
+                        coord_t += ct
+                        coord_cpu += cc
+                    else:
+                        shutil.rmtree(os.path.join(tmp, "none"), ignore_errors=True)
+                        wall, p, _, _, f = run_job(_rank_without_tool, os.path.join(tmp, "none"), a.ranks,
+                                                   a.parallel)
+                        bases.append(wall)
+                        base_per += p
+                    failed += f
+                print(f"round {rnd + 1}: {walls[-1]:.1f} s with the tool, {bases[-1]:.1f} s without "
+                      f"({walls[-1] / bases[-1]:.2f}x)", flush=True)
+            ratios = [w / b for w, b in zip(walls, bases)]
+            result.update(wall_s=statistics.median(walls), wall_without_s=statistics.median(bases),
+                          ratio=statistics.median(ratios), ratios=ratios, failed=failed, rank_s=_describe(per),
+                          rank_without_s=_describe(base_per))
         result["coord_s"] = _describe(coord_t)
         result["coord_cpu_s"] = _describe(coord_cpu)
         dump = os.path.join(tmp, "d")
@@ -184,8 +208,8 @@ def main() -> None:
     if a.coord_only:
         print(f"{a.ranks} ranks, {a.parallel} at a time, coord only: job {r['wall_s']:.1f} s")
     else:
-        print(f"{a.ranks} ranks, {a.parallel} at a time: job {r['wall_s']:.1f} s with the tool, "
-              f"{r['wall_without_s']:.1f} s without ({r['ratio']:.2f}x)")
+        print(f"{a.ranks} ranks, {a.parallel} at a time, medians of {a.rounds} round(s): job {r['wall_s']:.1f} s "
+              f"with the tool, {r['wall_without_s']:.1f} s without; ratio {r['ratio']:.2f}x")
         w = r["rank_without_s"]
         print(f"per rank without the tool: p50 {w['p50'] * 1000:.0f} ms, p99 {w['p99'] * 1000:.0f} ms")
     t, c, cc = r["rank_s"], r["coord_s"], r["coord_cpu_s"]
