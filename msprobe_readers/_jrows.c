@@ -1429,8 +1429,8 @@ chunk_dict(Scanner *S)
 {
     /* N: a new reference, handed over; O: the scanner's own, shared */
     return Py_BuildValue(
-        "{s:n,s:n,s:n,s:N,s:N,s:O,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:(NNNnn),s:O,s:O}",
-        "rows", S->rows, "records", S->recs, "first", S->first,
+        "{s:n,s:n,s:n,s:n,s:N,s:N,s:O,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:(NNNnn),s:O,s:O}",
+        "rows", S->rows, "records", S->recs, "first", S->first, "end", S->pos,
         "group", bytes_of(&S->local), "groups", bytes_of(&S->used), "new_groups", S->fresh,
         "names", str_tuple(&S->names), "position", bytes_of(&S->position), "record", bytes_of(&S->recidx),
         "arg", str_tuple(&S->arg), "dtype", str_tuple(&S->dtype), "md5", str_tuple(&S->md5),

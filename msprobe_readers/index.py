@@ -306,7 +306,9 @@ def _scanned(proc: ProcDir, file: str, meta: Dict[str, Any]) -> Iterator[Any]:
     stacks = _stack_ids(proc)
     sch = schema()
     kinds: List[Tuple[Optional[str], Optional[str]]] = []  # _kind of each group of record names (see _jrows.c)
-    # mapped, not read: the pages stay the page cache's (the writers replace dump.json, never rewrite it in place)
+    # mapped, not read (the writers replace dump.json, never rewrite it in place); the pages scanned are let go
+    # chunk by chunk, as the Python path's memory stays bounded (a span read again later is read from the file)
+    drop = getattr(mmap, "MADV_DONTNEED", None)
     with open(file, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         scanner = _jrows.Scanner(mm)
         try:
@@ -317,6 +319,8 @@ def _scanned(proc: ProcDir, file: str, meta: Dict[str, Any]) -> Iterator[Any]:
                 kinds.extend(_kind(name) for name in chunk["new_groups"])
                 table = _chunk_table(proc, chunk, mm, stacks, kinds, sch)
                 meta["records"] = chunk["first"] + chunk["records"]
+                if drop is not None and chunk["end"] >= mmap.PAGESIZE:
+                    mm.madvise(drop, 0, chunk["end"] - chunk["end"] % mmap.PAGESIZE)
                 yield table
             header = meta["header"]
             for key, start, end in scanner.header():
