@@ -9,6 +9,11 @@ dataset as the view ``records``. Spark, Dask, Trino or DuckDB on another machine
 The dataset's schema (``SCHEMA``, version ``SCHEMA_VERSION``) is a contract: one row per tensor leaf of a
 record (one row with a null ``arg`` for a record without tensors), in the record's execution order.
 pyarrow and duckdb are imported only here, and only when used.
+
+``row_tuples`` is the definition of the rows. When a directory's records are one dump.json, the optional C
+extension ``_jrows`` (built with the package when a C compiler is there) makes the same rows column-wise,
+without a Python object per JSON value; on anything it does not decide exactly as ``row_tuples`` would (a
+damaged file, a value it leaves to Python), the directory is indexed by ``row_tuples`` instead.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import contextlib
 import gc
 import hashlib
 import json
+import mmap
 import os
 import sys
+from array import array
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from msprobe_inject.dumpformat import names, paths
@@ -27,6 +34,11 @@ from msprobe_readers.stats import Leaf, _num
 from msprobe_readers.stats import _is_tensor as is_tensor
 from msprobe_readers.stats import _mesh as stat_mesh
 from msprobe_readers.stats import _placements as stat_placements
+
+try:  # a dump.json's rows column-wise in one C pass (see _jrows.c); without a C compiler, row_tuples alone
+    from msprobe_readers import _jrows
+except ImportError:  # pragma: no cover
+    _jrows = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 2  # 2: data_name, placements, device_mesh, error; [] for a 0-d shape; the file metadata
 
@@ -210,40 +222,173 @@ def _write(path: str, source: Iterator[tuple], meta: Optional[Dict[str, Any]] = 
     """Stream row tuples into a new Parquet file at ``path`` (atomically replaced), with ``meta`` (as it is once the
     rows are written: reading them fills it) as its ``META_KEY`` metadata; returns the number of rows."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from msprobe_inject.dumpformat import files
-
-    files.makedirs(os.path.dirname(path))
     sch = schema()
     names_ = sch.names
-    tmp = f"{path}.tmp{os.getpid()}"
-    # no min/max statistics for the statistics columns: engines prune row groups with them, and Parquet's
-    # statistics leave NaN out, so `WHERE isnan(max)` would skip exactly the rows one looks for
-    stats_columns = [name for name, kind, _ in COLUMNS if kind != "float64"]
-    total = 0
 
     def table(batch: List[tuple]) -> Any:
         cols = list(zip(*batch)) if batch else [[] for _ in names_]
         return pa.Table.from_arrays([pa.array(list(c), type=sch.field(i).type) for i, c in enumerate(cols)],
                                     schema=sch)
 
-    with pq.ParquetWriter(tmp, sch, compression="zstd", write_statistics=stats_columns) as writer:
+    def tables() -> Iterator[Any]:
         batch: List[tuple] = []
         for row in source:
             batch.append(row)
             if len(batch) >= BATCH_ROWS:
-                total += len(batch)
-                writer.write_table(table(batch))
+                yield table(batch)
                 batch = []
-        if batch or not total:
-            total += len(batch)
-            writer.write_table(table(batch))
-        if meta is not None:
-            writer.add_key_value_metadata({META_KEY: json.dumps(meta, allow_nan=True).encode()})
+        if batch:
+            yield table(batch)
+
+    return _write_tables(path, tables(), meta)
+
+
+def _write_tables(path: str, tables: Iterator[Any], meta: Optional[Dict[str, Any]] = None) -> int:
+    """``_write`` of rows given as pyarrow tables of ``schema()``: the file has one row group per ``BATCH_ROWS``
+    rows however the tables are cut. Nothing is left behind when ``tables`` raises."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from msprobe_inject.dumpformat import files
+
+    files.makedirs(os.path.dirname(path))
+    sch = schema()
+    tmp = f"{path}.tmp{os.getpid()}"
+    # no min/max statistics for the statistics columns: engines prune row groups with them, and Parquet's
+    # statistics leave NaN out, so `WHERE isnan(max)` would skip exactly the rows one looks for
+    stats_columns = [name for name, kind, _ in COLUMNS if kind != "float64"]
+    total = 0
+    try:
+        with pq.ParquetWriter(tmp, sch, compression="zstd", write_statistics=stats_columns) as writer:
+            pending: List[Any] = []
+            held = 0
+            for t in tables:
+                if not t.num_rows:
+                    continue
+                pending.append(t)
+                held += t.num_rows
+                while held >= BATCH_ROWS:
+                    whole = pa.concat_tables(pending)
+                    writer.write_table(whole.slice(0, BATCH_ROWS))
+                    total += BATCH_ROWS
+                    rest = whole.slice(BATCH_ROWS)
+                    pending, held = ([rest] if rest.num_rows else []), rest.num_rows
+            if pending or not total:
+                writer.write_table(pa.concat_tables(pending) if pending else sch.empty_table())
+                total += held
+            if meta is not None:
+                writer.add_key_value_metadata({META_KEY: json.dumps(meta, allow_nan=True).encode()})
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     os.chmod(tmp, files.FILE_MODE)
     os.replace(tmp, path)
     return total
+
+
+def _scannable(proc: ProcDir) -> Optional[str]:
+    """The dump.json whose bytes alone give a directory's records (``iter_proc`` reads it and nothing else), when
+    the C extension is there to scan it; else None."""
+    if _jrows is None:
+        return None
+    found = record_files(proc)
+    return found[0] if len(found) == 1 and os.path.basename(found[0]) == paths.DUMP_JSON else None
+
+
+def _scanned(proc: ProcDir, file: str, meta: Dict[str, Any]) -> Iterator[Any]:
+    """``row_tuples``' rows of a directory whose records are the one dump.json ``file``, as tables of ``schema()``,
+    from the C scanner; ``meta``'s header and record count filled as ``_build`` fills them. Raises ValueError
+    (``_jrows.Unhandled``: a damaged file, a value left to Python) or OSError before its end on what it leaves to
+    ``row_tuples``."""
+    stacks = _stack_ids(proc)
+    sch = schema()
+    kinds: List[Tuple[Optional[str], Optional[str]]] = []  # _kind of each group of record names (see _jrows.c)
+    # mapped, not read (the writers replace dump.json, never rewrite it in place); the pages scanned are let go
+    # chunk by chunk, as the Python path's memory stays bounded (a span read again later is read from the file)
+    drop = getattr(mmap, "MADV_DONTNEED", None)
+    with open(file, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        scanner = _jrows.Scanner(mm)
+        try:
+            while True:
+                chunk = scanner.next(BATCH_ROWS)
+                if chunk is None:
+                    break
+                kinds.extend(_kind(name) for name in chunk["new_groups"])
+                table = _chunk_table(proc, chunk, mm, stacks, kinds, sch)
+                meta["records"] = chunk["first"] + chunk["records"]
+                if drop is not None and chunk["end"] >= mmap.PAGESIZE:
+                    mm.madvise(drop, 0, chunk["end"] - chunk["end"] % mmap.PAGESIZE)
+                yield table
+            header = meta["header"]
+            for key, start, end in scanner.header():
+                header[key] = json.loads(mm[start:end].decode("utf-8"))
+        finally:
+            scanner.close()  # before the mapping closes: the scanner holds its buffer
+
+
+def _chunk_table(proc: ProcDir, chunk: Dict[str, Any], mm: Any, stacks: Dict[str, int],
+                 kinds: List[Tuple[Optional[str], Optional[str]]], sch: Any) -> Any:
+    """A table of ``schema()`` from the columns ``_jrows.Scanner.next`` gives (Arrow buffers as bytes). What
+    depends on a record's name alone is computed here as ``row_tuples`` computes it: ``stack_id`` per record,
+    kind and direction (``_kind``) once per group of names that ``names.parse`` answers alike (``kinds``, by the
+    scanner's group numbers)."""
+    import pyarrow as pa
+
+    n, m = chunk["rows"], chunk["records"]
+    buf = pa.py_buffer
+
+    def strings(col: Tuple[bytes, bytes, bytes, int], length: int) -> Any:
+        valid, offsets, data, nulls = col
+        return pa.Array.from_buffers(pa.string(), length, [buf(valid) if nulls else None, buf(offsets), buf(data)],
+                                     null_count=nulls)
+
+    def floats(col: Tuple[bytes, bytes, int]) -> Any:
+        valid, data, nulls = col
+        return pa.Array.from_buffers(pa.float64(), n, [buf(valid) if nulls else None, buf(data)], null_count=nulls)
+
+    def texts(spans: List[Tuple[int, int, int]]) -> Any:  # placements, device_mesh: rare, re-serialised
+        if not spans:
+            return pa.nulls(n, pa.string())
+        out: List[Optional[str]] = [None] * n
+        for row, start, end in spans:
+            out[row] = _json_text(json.loads(mm[start:end].decode("utf-8")))
+        return pa.array(out, pa.string())
+
+    names_ = strings(chunk["names"], m)
+    record = pa.Array.from_buffers(pa.int32(), n, [None, buf(chunk["record"])])  # row -> record in the chunk
+    group = pa.Array.from_buffers(pa.int32(), m, [None, buf(chunk["group"])]).take(record)  # row -> its group
+    present = [kinds[g] for g in array("i", chunk["groups"])]  # the chunk's groups, as "group" numbers them
+    stack_ids = [stacks.get(name) for name in names_.to_pylist()] if stacks else None
+    valid, offsets, values, nulls, count = chunk["shape"]
+    shape = pa.Array.from_buffers(pa.list_(pa.int64()), n, [buf(valid) if nulls else None, buf(offsets)],
+                                  null_count=nulls,
+                                  children=[pa.Array.from_buffers(pa.int64(), count, [None, buf(values)])])
+    columns = {
+        "root": pa.repeat(pa.scalar(proc.root, pa.string()), n),
+        "process": pa.repeat(pa.scalar(proc.process, pa.string()), n),
+        "position": pa.Array.from_buffers(pa.int32(), n, [None, buf(chunk["position"])]),
+        "record": names_.take(record),
+        "kind": pa.array([k for k, _ in present], pa.string()).take(group),
+        "direction": pa.array([d for _, d in present], pa.string()).take(group),
+        "arg": strings(chunk["arg"], n),
+        "dtype": strings(chunk["dtype"], n),
+        "shape": shape,
+        "max": floats(chunk["max"]),
+        "min": floats(chunk["min"]),
+        "mean": floats(chunk["mean"]),
+        "norm": floats(chunk["norm"]),
+        "md5": strings(chunk["md5"], n),
+        "stack_id": pa.array(stack_ids, pa.int32()).take(record) if stack_ids else pa.nulls(n, pa.int32()),
+        "data_name": strings(chunk["data_name"], n),
+        "placements": texts(chunk["placements"]),
+        "device_mesh": texts(chunk["device_mesh"]),
+        "error": strings(chunk["error"], n),
+    }
+    return pa.Table.from_arrays([columns[name] for name in sch.names], schema=sch)
 
 
 def build(dump_path: str, force: bool = False, select: Optional[Callable[[ProcDir], bool]] = None) -> Dict[str, int]:
@@ -277,6 +422,16 @@ def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], boo
             done["skipped"] += 1
             continue
         sources = _sources(proc)  # before reading: a file that changes while it is read leaves the index stale
+        target = _file_of(dump_path, proc)
+        file = _scannable(proc)
+        if file is not None:
+            scanned: Dict[str, Any] = {"sources": sources, "header": {}, "errors": [], "records": 0}
+            try:
+                done["rows"] += _write_tables(target, _scanned(proc, file, scanned), scanned)
+                done["directories"] += 1
+                continue
+            except (ValueError, OSError):
+                pass  # left to row_tuples, whose rows and errors are the answer
         header: Dict[str, Any] = {}
         errors: List[Tuple[str, str]] = []
         meta = {"sources": sources, "header": header, "errors": errors, "records": 0}
@@ -286,7 +441,7 @@ def _build(dump_path: str, force: bool, select: Optional[Callable[[ProcDir], boo
                 meta["records"] = row[2] + 1  # positions run 0..n-1 in order
                 yield row
 
-        done["rows"] += _write(_file_of(dump_path, proc), counted(row_tuples(proc, header, errors)), meta)
+        done["rows"] += _write(target, counted(row_tuples(proc, header, errors)), meta)
         done["directories"] += 1
 
 

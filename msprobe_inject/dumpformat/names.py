@@ -66,7 +66,10 @@ class RecordName(NamedTuple):
 
 
 def parse(name: str) -> Optional[RecordName]:
-    """The parts of a record name, or None for a name this format does not produce."""
+    """The parts of a record name, or None for a name this format does not produce.
+
+    The index's C scanner (msprobe_readers/_jrows.c) relies on the kind and direction of an ASCII name not
+    depending on which ASCII digits it holds: keep it so (tests/readers/test_index_jrows.py checks it)."""
     parts = name.split(".")
     if len(parts) < 3 or not parts[-1].isdigit() and not parts[-2].isdigit():
         return None
