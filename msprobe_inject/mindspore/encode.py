@@ -84,6 +84,9 @@ def resolve(pending: list) -> None:
             if kind == "xor":
                 entry["md5"] = _xor_hex(values)
                 continue
+            if kind == "c":
+                a = np.abs(values[0].asnumpy())
+                values = [a.max(), a.min(), a.mean(), np.linalg.norm(a)]
             vals = [_item(v) for v in values]
             if kind == "b":
                 vals = [bool(v) for v in vals]
@@ -102,9 +105,8 @@ def stat_of(t: ms.Tensor, high_precision: bool, dt: Any = None):
         if t.ndim == 0:
             return [t, t, None, None], "b"
         return [_ANY(t), _ALL(t), None, None], "b"
-    if dt in _COMPLEX:
-        a = np.abs(t.asnumpy())  # msprobe computes complex statistics on the host as well
-        return [a.max(), a.min(), a.mean(), np.linalg.norm(a)], "c"
+    if dt in _COMPLEX:  # msprobe computes them on the host, in NumPy: the writer thread does, from a snapshot
+        return [snapshot(t)], "c"
     if t.ndim == 0:
         v = _TENSOR_COPY(t)
         return [v, v, v, v], "s"

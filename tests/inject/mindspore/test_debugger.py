@@ -297,3 +297,46 @@ dbg.step()
     x = np.arange(-6, 9, dtype=np.float32).reshape(3, 5) / 4
     assert rec["input_args"][0]["md5"] == xor(x)
     assert rec["output"][0]["md5"] == xor(x + np.float32(1.5))
+
+
+def test_complex_statistics_are_numpys_and_read_by_the_writer(tmp_path):
+    """A complex tensor's statistics are msprobe's (NumPy over |z| on the host), computed by the writer thread
+    from a copy queued on the device: the training thread never calls asnumpy during a recorded call (it would
+    wait for the device at each call)."""
+    code = """
+import json, threading
+import mindspore as ms
+import numpy as np
+from mindspore import mint
+from msprobe_inject.mindspore import PrecisionDebugger
+ms.set_device("CPU")
+json.dump({"task": "statistics", "dump_path": "d", "level": "L1"}, open("c.json", "w"))
+dbg = PrecisionDebugger(config_path="c.json")
+z = ms.Tensor(np.array([1 + 2j, -3 + 0.5j, 0.25 - 1j, 4j], dtype=np.complex64))
+calls = []
+plain = ms.Tensor.asnumpy
+
+def asnumpy(self):
+    calls.append(threading.current_thread() is threading.main_thread())
+    return plain(self)
+
+ms.Tensor.asnumpy = asnumpy
+dbg.start()
+y = mint.add(z, z)
+dbg.stop()
+on_main = sum(calls)
+ms.Tensor.asnumpy = plain
+dbg.step()
+json.dump({"on_main": on_main}, open("calls.json", "w"))
+"""
+    run_py(code, str(tmp_path), env=_env())
+    with open(tmp_path / "calls.json") as fh:
+        assert json.load(fh)["on_main"] == 0
+    doc, _ = _load(str(tmp_path / "d"), 0)
+    rec = doc["data"]["Mint.add.0.forward"]
+    z = np.array([1 + 2j, -3 + 0.5j, 0.25 - 1j, 4j], dtype=np.complex64)
+    for entry, value in ((rec["input_args"][0], z), (rec["output"][0], z + z)):
+        a = np.abs(value)
+        assert entry["dtype"] == "Complex64"
+        assert [entry["Max"], entry["Min"], entry["Mean"], entry["Norm"]] == \
+            [a.max().item(), a.min().item(), a.mean().item(), np.linalg.norm(a).item()]
