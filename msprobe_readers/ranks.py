@@ -145,16 +145,19 @@ def check_dump(dump_path: str, checker: RankChecker, progress: Optional[Progress
     for _, group in itertools.groupby(found, key=lambda p: (p.root, p.step)):
         fresh = [(p, index.fresh_in(p, metas) if metas else None) for p in group if checker.compares(p)]
         indexed = [(p, f) for p, f in fresh if f is not None]
-        steps.append((fresh, indexed, checker.wanted([p for p, _ in indexed]) if indexed else None))
-    reads: Dict[int, Future] = {}
+        steps.append((fresh, indexed))
+    reads: Dict[int, Tuple[Any, Future]] = {}  # step -> (its row filter, its rows being read)
     with ThreadPoolExecutor(1) as pool, index.no_collection():
-        def read(k: int) -> None:
-            if k < len(steps) and k not in reads and steps[k][2] is not None:
-                reads[k] = pool.submit(index.fetch_many, [f[0] for _, f in steps[k][1]], steps[k][2])
+        def read(k: int) -> None:  # a step at a time, as its directories' construct.json are read for wanted()
+            if k < len(steps) and k not in reads and steps[k][1]:
+                where = checker.wanted([p for p, _ in steps[k][1]])
+                files = [f[0] for _, f in steps[k][1]]
+                reads[k] = (where, pool.submit(index.fetch_many, files, where) if where is not None else None)
 
-        for k, (fresh, indexed, where) in enumerate(steps):
+        for k, (fresh, indexed) in enumerate(steps):
             read(k)
             read(k + 1)
+            where, rows = reads.pop(k, (None, None))
             # in discover's order, a directory joins its step when it has a record, as the checker over every
             # record has it (the order of the step's ranks decides ties)
             for p, f in fresh:
@@ -166,7 +169,7 @@ def check_dump(dump_path: str, checker: RankChecker, progress: Optional[Progress
                     checker.on_record(p, position, name, value)
             if where is not None:
                 files = [f[0] for _, f in indexed]
-                checker.on_many([p for p, _ in indexed], index.iter_many(files, where, reads.pop(k).result()))
+                checker.on_many([p for p, _ in indexed], index.iter_many(files, where, rows.result()))
                 if progress is not None:
                     progress(sum(index.source_bytes(f[1]) for _, f in indexed))
     return checker.finish()
@@ -184,7 +187,7 @@ class RankChecker:
         self.result = RanksResult(rtol=rtol, atol=atol)
         self._group: Optional[Tuple[str, int]] = None
         self._procs: Dict[Tuple[str, str], _Proc] = {}
-        self._optim: Dict[str, Set[str]] = {}
+        self._optim: Dict[str, Tuple[Tuple[str, int], Set[str]]] = {}  # directory -> (its step, optimizer records)
         self._labels: Dict[str, Tuple] = {}
         # parameters_grad departures wait for the end: they are dropped if the record is rank-local
         self._grad_agree: Dict[str, bool] = {}  # record -> whether two ranks ever agreed on finite values
@@ -290,10 +293,10 @@ class RankChecker:
         p.records[name] = (position, kind, leaves if isinstance(leaves, list) else leaves())
 
     def _optimizer_keys(self, proc: ProcDir) -> Set[str]:
-        keys = self._optim.get(proc.path)
-        if keys is not None:
-            return keys
-        keys = set()
+        known = self._optim.get(proc.path)
+        if known is not None:
+            return known[1]
+        keys: Set[str] = set()
         try:
             for key, parent in iter_construct(proc.path):
                 if parent in _OPTIM_PARENTS:
@@ -307,7 +310,8 @@ class RankChecker:
                         keys.update(str(n) for n in records)
             except (ValueError, OSError, UnicodeDecodeError):
                 pass
-        self._optim = {proc.path: keys}  # one directory at a time
+        # kept until the directory's step is compared (wanted() reads them a step ahead of the records)
+        self._optim[proc.path] = ((proc.root, proc.step), keys)
         return keys
 
     # ---- comparison ----
@@ -336,6 +340,7 @@ class RankChecker:
         self._procs = {}
         if self._group is None:
             return
+        self._optim = {path: v for path, v in self._optim.items() if v[0] != self._group}
         root, step = self._group
         if len(procs) < 2:
             self._lonely.append(step)

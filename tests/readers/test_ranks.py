@@ -65,6 +65,24 @@ def test_ranks_majority_reference_and_rank_local_gradients(tmp_path):
     assert (r.first["2"].step, r.first["2"].param) == (2, None) and r.first["2"].leaf == "parameters.weight"
 
 
+def test_each_directorys_module_tree_is_read_once(tmp_path, monkeypatch):
+    """The optimizer records come from each directory's construct.json: `ranks` reads it once per directory (for
+    the index's row filter and for the records alike), and the answer is the same."""
+    d = tmp_path / "dump"
+    for step in range(3):
+        for rank in range(3):
+            write_dump(d / f"step{step}" / f"rank{rank}", {
+                "Module.net.fc.Linear.forward.0": _params(5.0),
+                "Tensor.add_.0.forward": fwd(leaf(norm=5.0, shape=(3, 2)), leaf(norm=0.1 * (rank == 2) + step)),
+            }, construct={"Tensor.add_.0.forward": "optimizer", "Module.net.fc.Linear.forward.0": None})
+    read = []
+    plain = ranks.iter_construct
+    monkeypatch.setattr(ranks, "iter_construct", lambda path: read.append(path) or plain(path))
+    r = ranks.check_dump(str(d), ranks.RankChecker())
+    assert sorted(read) == sorted(str(d / f"step{s}" / f"rank{k}") for s in range(3) for k in range(3))
+    assert (r.first["2"].step, r.first["2"].record, r.compared["optimizer"]) == (0, "Tensor.add_.0.forward", 3)
+
+
 def test_ranks_two_ranks_and_grads_that_agree(tmp_path):
     d = tmp_path / "dump"
     for step in range(2):
