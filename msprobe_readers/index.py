@@ -254,39 +254,31 @@ def _write_tables(path: str, tables: Iterator[Any], meta: Optional[Dict[str, Any
 
     files.makedirs(os.path.dirname(path))
     sch = schema()
-    tmp = f"{path}.tmp{os.getpid()}"
     # no min/max statistics for the statistics columns: engines prune row groups with them, and Parquet's
     # statistics leave NaN out, so `WHERE isnan(max)` would skip exactly the rows one looks for
     stats_columns = [name for name, kind, _ in COLUMNS if kind != "float64"]
     total = 0
-    try:
-        with pq.ParquetWriter(tmp, sch, compression="zstd", write_statistics=stats_columns) as writer:
-            pending: List[Any] = []
-            held = 0
-            for t in tables:
-                if not t.num_rows:
-                    continue
-                pending.append(t)
-                held += t.num_rows
-                while held >= BATCH_ROWS:
-                    whole = pa.concat_tables(pending)
-                    writer.write_table(whole.slice(0, BATCH_ROWS))
-                    total += BATCH_ROWS
-                    rest = whole.slice(BATCH_ROWS)
-                    pending, held = ([rest] if rest.num_rows else []), rest.num_rows
-            if pending or not total:
-                writer.write_table(pa.concat_tables(pending) if pending else sch.empty_table())
-                total += held
-            if meta is not None:
-                writer.add_key_value_metadata({META_KEY: json.dumps(meta, allow_nan=True).encode()})
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.chmod(tmp, files.FILE_MODE)
-    os.replace(tmp, path)
+    # files.atomic_file: created 0640 without following a symlink, renamed over path only when complete
+    with files.atomic_file(path) as fh, \
+            pq.ParquetWriter(fh, sch, compression="zstd", write_statistics=stats_columns) as writer:
+        pending: List[Any] = []
+        held = 0
+        for t in tables:
+            if not t.num_rows:
+                continue
+            pending.append(t)
+            held += t.num_rows
+            while held >= BATCH_ROWS:
+                whole = pa.concat_tables(pending)
+                writer.write_table(whole.slice(0, BATCH_ROWS))
+                total += BATCH_ROWS
+                rest = whole.slice(BATCH_ROWS)
+                pending, held = ([rest] if rest.num_rows else []), rest.num_rows
+        if pending or not total:
+            writer.write_table(pa.concat_tables(pending) if pending else sch.empty_table())
+            total += held
+        if meta is not None:
+            writer.add_key_value_metadata({META_KEY: json.dumps(meta, allow_nan=True).encode()})
     return total
 
 

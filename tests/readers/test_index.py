@@ -151,3 +151,20 @@ def test_many_files_in_one_scan_give_each_record_its_leaves_whatever_the_batches
     got = list(index.iter_many(files, ("true", {})))
     assert repr(got) == repr(want)  # repr: NaN equals NaN
     assert any(not leaves for *_, leaves in got) and any(len(leaves) > 1 for *_, leaves in got)
+
+
+def test_an_index_file_is_created_without_group_write_and_never_through_a_symlink(tmp_path):
+    """The index files are written as every dump file is (files.atomic_file): 0640 from creation, a symlink at
+    the temporary path refused rather than followed, and nothing left behind when writing fails."""
+    dump = tmp_path / "d"
+    _job(dump)
+    index.build(str(dump))
+    made = [os.path.join(r, f) for r, _, fs in os.walk(index.index_root(str(dump))) for f in fs]
+    assert made and all(f.endswith(".parquet") and os.stat(f).st_mode & 0o777 == 0o640 for f in made)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    target = str(tmp_path / "x.parquet")
+    os.symlink(victim, f"{target}.tmp{os.getpid()}")
+    with pytest.raises(OSError):
+        index._write_tables(target, iter([]))
+    assert victim.read_text() == "keep" and not os.path.exists(target)
