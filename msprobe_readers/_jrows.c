@@ -1696,25 +1696,8 @@ PyInit__jrows(void)
 
 #ifdef __SIZEOF_INT128__
 /* fast_float's 128-bit approximations of 5^q, q from POW5_MIN to POW5_MAX, as (high, low) 64-bit words: made by
-
-def pow5_128(q):
-    if q >= 0:
-        p = 5 ** q
-        while p < (1 << 127):
-            p *= 2
-        while p >= (1 << 128):
-            p //= 2
-        return p
-    p = 5 ** -q
-    z = p.bit_length()
-    if q >= -27:
-        return (1 << (z + 127)) // p + 1
-    c = (1 << (2 * z + 128)) // p + 1
-    while c >= (1 << 128):
-        c //= 2
-    return c
-
- * (tests/readers/test_index_jrows.py checks them through _pow5) */
+ * _pow5_128(q) of tests/readers/test_index_jrows.py (split into its high and low words), which checks them against
+ * it through _pow5 */
 static const uint64_t POW5[POW5_MAX - POW5_MIN + 1][2] = {
     {0xeef453d6923bd65aULL, 0x113faa2906a13b3fULL},
     {0x9558b4661b6565f8ULL, 0x4ac7ca59a424c507ULL},

@@ -102,16 +102,6 @@ class _Proc:
         self.params: Dict[Tuple, List[str]] = {}  # (shape, stats) -> parameter names, to name optimizer records
 
 
-def _close_to(v: Any, x: float, rtol: float, atol: float) -> Any:
-    """``st.close(v[i], x)`` for every element of a float64 array (NaN for a missing value), as a bool array."""
-    if math.isnan(x):
-        return np.isnan(v)
-    if math.isinf(x):
-        return v == x
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.isfinite(v) & (np.abs(v - x) <= atol + rtol * np.maximum(np.abs(v), abs(x)))
-
-
 _PATH = operator.itemgetter(0)  # a Leaf's path
 
 
@@ -332,7 +322,7 @@ class RankChecker:
                 k = len(finite)
                 med = (float(finite[k // 2]) if k % 2 else (float(finite[k // 2 - 1]) + float(finite[k // 2])) / 2) \
                     if k * 2 > n else math.nan
-                scores += ~_close_to(v, med, self.rtol, self.atol)
+                scores += ~st.close_array(v, np.float64(med), self.rtol, self.atol)  # missing: NaN
         return int(np.argmin(scores))  # the first of the lowest
 
     def _finish_group(self) -> None:
