@@ -74,6 +74,8 @@ cmdclass = {"build_py": BuildPyWithPth, "build_ext": BuildExtO3}
 FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"], optional=True)
 # the journal's append in one call (the training thread journals every record)
 JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"], optional=True)
+# each record body's JSON text into one buffer (the writer thread encodes every record)
+JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"], optional=True)
 # msprobe-dump index: a dump.json's index rows column-wise, without a Python object per JSON value
 JROWS = Extension("msprobe_readers._jrows", ["msprobe_readers/_jrows.c"], optional=True)
 
@@ -93,4 +95,4 @@ if editable_wheel is not None:
 
     cmdclass["editable_wheel"] = EditableWheelWithPth
 
-setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT, JROWS])
+setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT, JENC, JROWS])

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import values
 from .config import DumpConfig
-from .dumpformat import names
+from .dumpformat import names, paths
 from .framework import Framework
 from .session import Session
 from .writer import Construct, Merge, Record
@@ -261,8 +261,15 @@ class Recorder:
         f = self.session.filters
         return f.keep(key, enclosing) if f.active else True
 
-    def log(self, message: str) -> None:
-        self.writer.log_error(message)
+    def log(self, message: str, record: Optional[str] = None) -> None:
+        """A tool failure, to the error log. The failure of a record (a loop of calls fails each one the
+        same way) is one warning, naming the first record; the log has every one."""
+        if record is None:
+            self.writer.log_error(message)
+            return
+        self.writer.log_error(f"{record}: {message}", once=message,
+                              warn_as=f"{record}: {message} (the same failure of other records is logged in "
+                                      f"{paths.ERROR_LOG} only)")
 
     def files(self, key: str, suffix: str) -> Optional[str]:
         """The tensor-file stem of a record's value, or None when its tensors are not saved."""
@@ -274,6 +281,7 @@ class Recorder:
     def module_enter(self, prefix: str, args: Any, kwargs: Optional[dict]) -> Optional[ModuleFrame]:
         """Forward pre-hook body: counts the call, places it, records its inputs and stack. kwargs None: the
         framework hands them to the forward hook instead. None when the call cannot be recorded."""
+        fkey = None
         try:
             with self.fw.quiet():
                 s = self.session
@@ -297,7 +305,7 @@ class Recorder:
                     self.stack(fkey, 4)
                 return frame
         except Exception as exc:
-            self.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
+            self.log(f"module pre-hook failed: {type(exc).__name__}: {exc}", fkey)
             return None
 
     def module_exit(self, frame: ModuleFrame, kwargs: Optional[dict], output: Any,
@@ -329,7 +337,7 @@ class Recorder:
                     self.merge(fkey, members, pending, move=self.outp)
                 self.session.filters.finished(fkey)
         except Exception as exc:
-            self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
+            self.log(f"module hook failed: {type(exc).__name__}: {exc}", frame.fkey)
 
     def module_abandon(self, frame: ModuleFrame) -> None:
         """A module forward that raised: its place in the stack is given up; its inputs stay recorded."""
@@ -341,7 +349,7 @@ class Recorder:
                 stack.remove(frame.fkey)
             self.session.filters.finished(frame.fkey)
         except Exception as exc:
-            self.log(f"{frame.fkey}: module hook failed: {type(exc).__name__}: {exc}")
+            self.log(f"module hook failed: {type(exc).__name__}: {exc}", frame.fkey)
 
     def module_backward_pre(self, bkey: str) -> None:
         """The output gradients of a module call arrived: its backward call starts (construct.json parent)."""
@@ -353,7 +361,7 @@ class Recorder:
                 self.place(bkey, stack[-1] if stack else None)
             stack.append(bkey)
         except Exception as exc:
-            self.log(f"{bkey}: backward pre-hook failed: {type(exc).__name__}: {exc}")
+            self.log(f"backward pre-hook failed: {type(exc).__name__}: {exc}", bkey)
 
     def module_backward(self, bkey: str, grad_input: Any, grad_output: Any) -> None:
         """The gradients of a module call's inputs are in: its backward record."""
@@ -369,7 +377,7 @@ class Recorder:
                 if self.keep(bkey, []):
                     self.backward_record(bkey, grad_output, grad_input)
         except Exception as exc:
-            self.log(f"{bkey}: backward capture failed: {type(exc).__name__}: {exc}")
+            self.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
 
     def backward_record(self, bkey: str, grad_out: Any, grad_in: Any) -> None:
         """msprobe's backward record: "input" holds the gradients arriving (of the outputs), "output" the
@@ -405,7 +413,7 @@ class Recorder:
                     entry = enc.encode(grad, pending, None)
                 self.merge(key, {pname: [entry]}, pending)
         except Exception as exc:
-            self.log(f"{prefix[:-1]}.parameters_grad: capture failed: {type(exc).__name__}: {exc}")
+            self.log(f"capture failed: {type(exc).__name__}: {exc}", f"{prefix[:-1]}.parameters_grad")
 
     # ---------------------------------------------------------------- save() at level debug
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:

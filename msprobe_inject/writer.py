@@ -424,14 +424,17 @@ class DumpWriter:
             ev.wait(30 if end is None else max(0.0, end - time.monotonic()))
         self._thread = None
 
-    def log_error(self, message: str, directory: Optional[str] = None, warn_as: Optional[str] = None) -> None:
+    def log_error(self, message: str, directory: Optional[str] = None, warn_as: Optional[str] = None,
+                  once: Optional[str] = None) -> None:
         """Log a tool error to dump_error_info.log and warn once per distinct message (or warn_as: the
-        same failure of many records is one warning)."""
+        same failure of many records is one warning; once: what makes two warnings the same, by default
+        the text shown)."""
         self.error_count += 1
         d = directory or self._dir
         shown = warn_as or message
-        first = shown not in self._errors_seen
-        self._errors_seen.add(shown)
+        seen = once if once is not None else shown
+        first = seen not in self._errors_seen
+        self._errors_seen.add(seen)
         if first:
             try:  # under -W error a warning raises: never into training code, never out of the writer
                 warnings.warn(f"[msprobe-launch] {shown}", RuntimeWarning, stacklevel=2)

@@ -305,7 +305,7 @@ class ApiHooks:
                 if not is_inplace(api):
                     call_args = self._hook_inputs(args, bstate, per_input=prefix == "Primitive")
         except Exception as exc:
-            self.rec.log(f"{fkey}: input capture failed: {type(exc).__name__}: {exc}")
+            self.rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
             tls.busy = False
         tls.in_api = True
@@ -341,7 +341,7 @@ class ApiHooks:
             if bstate is not None and not is_inplace(api):
                 out = self._hook_outputs(out, bstate)
         except Exception as exc:
-            self.rec.log(f"{fkey}: output capture failed: {type(exc).__name__}: {exc}")
+            self.rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
             tls.busy = False
         return out
@@ -432,7 +432,7 @@ class ApiHooks:
             try:
                 on_grads(grads)
             except Exception as exc:
-                rec.log(f"{bstate['key']}: backward capture failed: {type(exc).__name__}: {exc}")
+                rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bstate['key'])
             finally:
                 tls.busy = False
             return None

@@ -80,7 +80,7 @@ class CellHooks:
                 self._param_grad_hooks(cell, frame.prefix)
                 self.bw_keys.setdefault(cell, []).append(frame.bkey)
             except Exception as exc:
-                rec.log(f"{frame.fkey}: cell hook failed: {type(exc).__name__}: {exc}")
+                rec.log(f"cell hook failed: {type(exc).__name__}: {exc}", frame.fkey)
         return None
 
     # ---- backward ----

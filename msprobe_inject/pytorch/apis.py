@@ -141,7 +141,7 @@ class ApiHooks:
                     self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs,
                                             False)
                 except Exception as exc:
-                    rec.log(f"{fkey}: construct capture failed: {exc}")
+                    rec.log(f"construct capture failed: {exc}", fkey)
                 finally:
                     loud(guard)
             return out
@@ -152,7 +152,7 @@ class ApiHooks:
             ra, rk = respelled if respelled is not None else (args, kwargs)
             self._inputs(fkey, prefix, api, ra, rk, body, pending)
         except Exception as exc:
-            rec.log(f"{fkey}: input capture failed: {type(exc).__name__}: {exc}")
+            rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
             loud(guard)
         tls.in_api = True
@@ -165,7 +165,7 @@ class ApiHooks:
         try:
             self._outputs(fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack)
         except Exception as exc:
-            rec.log(f"{fkey}: output capture failed: {type(exc).__name__}: {exc}")
+            rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
             loud(guard)
         return out
@@ -242,7 +242,7 @@ class ApiHooks:
                 if record and rec.keep(bkey, []):
                     rec.backward_record(bkey, grad_outputs, grad_inputs)
             except Exception as exc:
-                rec.log(f"{bkey}: backward capture failed: {type(exc).__name__}: {exc}")
+                rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
             finally:
                 loud(guard)
             return None

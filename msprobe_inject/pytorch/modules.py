@@ -238,7 +238,7 @@ class ModuleHooks:
             frame.backward = bw
             return hooked if hooked is not args else None
         except Exception as exc:
-            rec.log(f"{frame.bkey}: backward capture not set up: {type(exc).__name__}: {exc}")
+            rec.log(f"backward capture not set up: {type(exc).__name__}: {exc}", frame.bkey)
             return None
         finally:
             tls.busy = False
@@ -292,7 +292,7 @@ class ModuleHooks:
         try:
             hooked = bw.outputs(output)
         except Exception as exc:
-            rec.log(f"{frame.bkey}: backward capture failed: {type(exc).__name__}: {exc}")
+            rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", frame.bkey)
             return None
         finally:
             tls.busy = False
@@ -335,7 +335,7 @@ class ModuleHooks:
                 handle = acc.register_hook(self._param_grad_hook(prefix, name, pref))
                 self._acc[slot] = (acc, handle, pref)
         except Exception as exc:
-            self.rec.log(f"{prefix}parameters_grad: hooks not set up: {type(exc).__name__}: {exc}")
+            self.rec.log(f"hooks not set up: {type(exc).__name__}: {exc}", f"{prefix}parameters_grad")
 
     def _param_grad_hook(self, prefix: str, pname: str, pref):
         rec = self.rec

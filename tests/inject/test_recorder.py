@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import warnings
 from typing import Any, List, Optional
 
 import pytest
@@ -235,6 +236,20 @@ def test_tool_failure_is_logged_never_raised(tmp_path):
     log = (tmp_path / "d" / "step0" / "rank3" / "dump_error_info.log").read_text()
     assert "module pre-hook failed: RuntimeError: encoder broke" in log
     assert "parameters_grad: capture failed: RuntimeError: encoder broke" in log
+
+
+def test_the_same_failure_of_many_records_is_one_warning_and_every_record_is_logged(tmp_path):
+    rec, fw = _recorder(tmp_path, fw=FakeFramework(fail_on=13.0))
+    rec.start(model=object())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for prefix in ("Module.a.Linear.", "Module.b.Linear.", "Module.c.Linear."):
+            assert rec.module_enter(prefix, (FakeTensor(13.0),), None) is None
+    rec.stop()
+    shown = [str(w.message) for w in caught if "pre-hook failed" in str(w.message)]
+    assert len(shown) == 1 and "Module.a.Linear.forward.0" in shown[0], shown
+    log = (tmp_path / "d" / "step0" / "rank3" / "dump_error_info.log").read_text()
+    assert [f"Module.{m}.Linear.forward.0: module pre-hook failed" in log for m in "abc"] == [True] * 3
 
 
 def test_restore_switches_interception_off_and_removes_hooks(tmp_path):

@@ -1,0 +1,127 @@
+"""The JSON encoding of record bodies: the one-buffer C encoder writes exactly what json.dumps writes."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import random
+import struct
+
+import pytest
+
+from msprobe_inject.dumpformat import encoding, stepsummary
+from msprobe_inject.dumpformat.nonfinite import SUSPECT_TEXT
+
+jenc = pytest.importorskip("msprobe_inject.dumpformat._jenc")
+
+_CHARS = ['"', "\\", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "\x80", "é", "\u2028", "\ud800",
+          "\udfff", "\uffff", "\U0001f600", "\U0010ffff", "a", " ", "/", "~"]
+
+
+def _float(rng: random.Random) -> float:
+    pick = rng.random()
+    if pick < 0.1:
+        return rng.choice([math.nan, math.inf, -math.inf, 0.0, -0.0, 5e-324, 1.7976931348623157e308, 1e16, 1e-5,
+                           1e-4, 0.1, 123456789012345678.0, 1e22, -1.5])
+    if pick < 0.4:  # any bit pattern: subnormals, every exponent
+        return struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
+    if pick < 0.7:
+        return float(rng.randint(-10**6, 10**6))
+    return rng.uniform(-1e3, 1e3) * 10.0 ** rng.randint(-20, 20)
+
+
+def _str(rng: random.Random) -> str:
+    return "".join(rng.choice(_CHARS) if rng.random() < 0.5 else chr(rng.randint(32, 126))
+                   for _ in range(rng.randint(0, 12)))
+
+
+def _value(rng: random.Random, depth: int = 0):
+    kinds = ["float", "int", "str", "none", "bool"] + (["list", "tuple", "dict"] * 2 if depth < 5 else [])
+    kind = rng.choice(kinds)
+    if kind == "float":
+        return _float(rng)
+    if kind == "int":
+        return rng.choice([rng.randint(-1000, 1000), rng.randint(-2**63, 2**63 - 1), rng.randint(-10**40, 10**40),
+                           2**63, -2**63 - 1])
+    if kind == "str":
+        return _str(rng)
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return rng.random() < 0.5
+    items = [_value(rng, depth + 1) for _ in range(rng.randint(0, 5))]
+    if kind == "list":
+        return items
+    if kind == "tuple":
+        return tuple(items)
+    return {_str(rng): v for v in items}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_values_encode_as_json_dumps_does(seed):
+    rng = random.Random(seed)
+    for _ in range(50):
+        v = _value(rng)
+        assert jenc.encode(v) == json.dumps(v), v
+        assert encoding.encode(v) == json.dumps(v)
+
+
+def test_a_record_body_is_encoded_by_the_c_encoder():
+    entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 4], "Max": 1.2345678901234567,
+             "Min": -0.9876, "Mean": math.nan, "Norm": math.inf, "requires_grad": True, "data_name": "a\u00e9.pt"}
+    body = {"input_args": [entry, None, {"type": "int", "value": 3}], "input_kwargs": {}, "output": [entry]}
+    text = jenc.encode(body)
+    assert text == json.dumps(body)
+    assert '"Mean": NaN, "Norm": Infinity' in text
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+class _Str(str):
+    pass
+
+
+class _Float(float):
+    def __repr__(self):
+        return "custom"
+
+
+@pytest.mark.parametrize("value", [
+    {1: "an int key"}, {None: 1}, {2.5: 1}, {True: 1},  # json spells these keys its own way
+    _Color.RED, _Str("x"), _Float(1.5), [{"a": _Float(2.0)}],  # subclasses: json's rules
+    object(),  # json raises
+])
+def test_what_the_c_encoder_does_not_decide_goes_to_json(value):
+    assert jenc.encode(value) is None
+    try:
+        expected = json.dumps(value)
+    except TypeError:
+        with pytest.raises(TypeError):
+            encoding.encode(value)
+        return
+    assert encoding.encode(value) == expected
+
+
+def test_a_tree_deeper_than_the_limit_goes_to_json():
+    v: list = []
+    for _ in range(150):
+        v = [v]
+    assert jenc.encode(v) is None
+    assert encoding.encode(v) == json.dumps(v)
+
+
+def test_a_body_larger_than_the_stack_buffer_grows_it():
+    body = {"k": ["\U0001f600" * 1000, list(range(5000)), [1.0 / 3] * 3000]}
+    assert jenc.encode(body) == json.dumps(body)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_suspect_text_is_the_substring_test(seed):
+    rng = random.Random(seed)
+    for _ in range(200):
+        text = "".join(rng.choice(["N", "a", "I", "n", "f", "i", "x", "é", " ", "NaN", "inf"])
+                       for _ in range(rng.randint(0, 12)))
+        assert stepsummary.is_suspect(text) == any(s in text for s in SUSPECT_TEXT), text
