@@ -16,6 +16,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define LANES 16
 #define BLOCK 2048
@@ -306,12 +307,126 @@ fastats_set_crc(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* ---- torch's float32 sum, for the Mean ----
+ * msprobe's Mean is torch's float sum over the count: where a mean is near zero by cancellation, any other
+ * order of additions differs in every digit. ATen's CPU sum of a contiguous float tensor (cascade_sum, run
+ * serially below its 32768-element grain) adds vectors of `lanes` floats (its Vectorized<float> width) as
+ * rows of four, in level chunks of 16 rows carried up four levels, then the scalar tail, then the lanes in
+ * order; under one vector, the same over scalars. The same float additions in the same order give the same
+ * bits. encode.py switches this on only after it reproduced torch.sum bit for bit on sizes reaching every
+ * branch, with the lane count found there, and keeps torch's sum from the grain up (split over threads). */
+#define TS_MAXL 16
+#define TS_LEVELS 4
+#define TS_ROWS 4
+
+static void
+ts_add(float *a, const float *b, int L)
+{
+    for (int l = 0; l < L; l++)
+        a[l] += b[l];
+}
+
+/* ATen's utils::CeilLog2 */
+static int64_t
+ts_ceil_log2(int64_t x)
+{
+    if (x <= 2)
+        return 1;
+    int64_t r = 0;
+    uint64_t v = (uint64_t)x - 1;
+    while (v) {
+        r++;
+        v >>= 1;
+    }
+    return r;
+}
+
+/* the row sum of `size` elements of L lanes each (element i at x + i * L) into out[0:L] */
+static void
+ts_row_sum(const float *x, int64_t size, int L, float *out)
+{
+    float acc[TS_LEVELS][TS_ROWS][TS_MAXL];
+    memset(acc, 0, sizeof acc);
+    const int64_t rows = size / TS_ROWS;
+    int64_t power = ts_ceil_log2(rows) / TS_LEVELS;
+    if (power < 4)
+        power = 4;
+    const int64_t step = (int64_t)1 << power, mask = step - 1;
+    int64_t i = 0;
+    while (i + step <= rows) {
+        for (int64_t j = 0; j < step; ++j, ++i)
+            for (int k = 0; k < TS_ROWS; k++)
+                ts_add(acc[0][k], x + (i * TS_ROWS + k) * L, L);
+        for (int j = 1; j < TS_LEVELS; j++) {
+            for (int k = 0; k < TS_ROWS; k++) {
+                ts_add(acc[j][k], acc[j - 1][k], L);
+                memset(acc[j - 1][k], 0, sizeof acc[j - 1][k]);
+            }
+            if ((i & (mask << (j * power))) != 0)
+                break;
+        }
+    }
+    for (; i < rows; ++i)
+        for (int k = 0; k < TS_ROWS; k++)
+            ts_add(acc[0][k], x + (i * TS_ROWS + k) * L, L);
+    for (int j = 1; j < TS_LEVELS; j++)
+        for (int k = 0; k < TS_ROWS; k++)
+            ts_add(acc[0][k], acc[j][k], L);
+    for (int64_t m = rows * TS_ROWS; m < size; ++m)
+        ts_add(acc[0][0], x + m * L, L);
+    for (int k = 1; k < TS_ROWS; k++)
+        ts_add(acc[0][0], acc[0][k], L);
+    memcpy(out, acc[0][0], sizeof(float) * L);
+}
+
+static float
+torch_sum_f32(const float *x, int64_t n, int lanes)
+{
+    float lane[TS_MAXL], total = 0.0f;
+    if (n >= lanes) {
+        const int64_t vecs = n / lanes;
+        ts_row_sum(x, vecs, lanes, lane);
+        for (int64_t k = vecs * lanes; k < n; ++k)
+            total += x[k];
+        for (int l = 0; l < lanes; l++)
+            total += lane[l];
+    } else {
+        ts_row_sum(x, n, 1, lane);
+        total = lane[0];
+    }
+    return 0.0f + total; /* accumulated onto the zero-filled output */
+}
+
+/* tsum(address, count, lanes) -> torch.sum of a contiguous float32 buffer, as a float (see above) */
+static PyObject *
+fastats_tsum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "tsum(address, count, lanes)");
+        return NULL;
+    }
+    const float *p = PyLong_AsVoidPtr(args[0]);
+    if (p == NULL && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    long lanes = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (n < 0 || (p == NULL && n > 0) || lanes < 1 || lanes > TS_MAXL) {
+        PyErr_SetString(PyExc_ValueError, "tsum: bad address, count or lanes");
+        return NULL;
+    }
+    return PyFloat_FromDouble((double)torch_sum_f32(p, n, (int)lanes));
+}
+
 static PyMethodDef methods[] = {
     {"set_crc", fastats_set_crc, METH_O, "set_crc(address): the CRC-32 function to use (0: built-in)"},
     {"f32", (PyCFunction)(void (*)(void))fastats_f32, METH_FASTCALL,
      "f32(address, count) -> (max, min, sum, sum of squares) of a contiguous float32 buffer"},
     {"f32_crc", (PyCFunction)(void (*)(void))fastats_f32_crc, METH_FASTCALL,
      "f32_crc(address, count) -> f32's four values and the buffer's CRC-32 (zlib.crc32)"},
+    {"tsum", (PyCFunction)(void (*)(void))fastats_tsum, METH_FASTCALL,
+     "tsum(address, count, lanes) -> torch's float32 sum of a contiguous buffer (its CPU kernel's order)"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,
      "crc32(address, nbytes) -> zlib.crc32 of the buffer"},
     {NULL, NULL, 0, NULL},

@@ -46,8 +46,9 @@ try:  # the one-pass statistics kernel, built with the package where a C compile
     from .._fastats import crc32 as _fast_crc
     from .._fastats import f32 as _fast_f32
     from .._fastats import f32_crc as _fast_f32_crc
+    from .._fastats import tsum as _tsum
 except ImportError:  # pragma: no cover - torch reduces instead
-    _fast_f32 = _fast_f32_crc = _fast_crc = None
+    _fast_f32 = _fast_f32_crc = _fast_crc = _tsum = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -449,8 +450,50 @@ def _f32_kernel(t: torch.Tensor, fast):
 def _mean(t: torch.Tensor, n: int) -> float:
     # torch's float sum, as msprobe's mean: where a mean is near zero by cancellation (LayerNorm outputs,
     # gradients) the kernel's more exact double sum differs from msprobe's in every digit. Contiguous:
-    # torch's whole-tensor sum runs in the flat order, no view needed.
+    # torch's whole-tensor sum runs in the flat order, no view needed. Below torch's grain, the same
+    # additions in C (_fastats.tsum), once use_torch_sum found them bit for bit equal: a sum and an item()
+    # are two dispatches and two GIL hand-offs per tensor.
+    if n < _TSUM_BELOW and _tsum_lanes:
+        return _tsum(t.data_ptr(), n, _tsum_lanes) / n
     return t.sum().item() / n
+
+
+def _cheap(t: torch.Tensor) -> bool:
+    """Reducing t again costs less than the statistics cache's bookkeeping (a key, a lookup, a weak reference:
+    ~4 us): a small CPU float32 tensor, which the C kernel and the C sum read in well under that."""
+    return t.dtype is _F32 and _tsum_lanes != 0 and t.is_cpu and t.numel() <= _CHEAP_UPTO
+
+
+_CHEAP_UPTO = 4096  # elements: 16 KiB, about 1 us through the kernel
+_TSUM_BELOW = 32768  # at::internal::GRAIN_SIZE: from here torch may split the sum over threads
+_tsum_lanes = 0  # torch's float vector width, once use_torch_sum has found it; 0: torch sums
+_tsum_checked = False
+
+
+def use_torch_sum() -> bool:
+    """Switch _mean to the C sum when it reproduces torch.sum bit for bit, here, on sizes reaching every
+    branch of torch's kernel (scalar rows, vector rows, level carries, tails), with magnitudes spread so
+    that any other order of additions shows; the lane count is the one that does. Once per process."""
+    global _tsum_lanes, _tsum_checked
+    if _tsum_checked or _tsum is None:
+        return bool(_tsum_lanes)
+    _tsum_checked = True
+    try:
+        gen = torch.Generator().manual_seed(20261125)
+        pool = torch.randn(_TSUM_BELOW + 64, generator=gen)
+        pool *= torch.pow(10.0, torch.randint(-4, 5, pool.shape, generator=gen).float())
+        samples = []
+        for i, n in enumerate((1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 255, 257, 511, 513,
+                               1023, 1025, 2047, 2049, 4097, 8191, 12345, 16385, _TSUM_BELOW - 1)):
+            x = pool[i:i + n]  # odd offsets too: torch's loads are unaligned
+            samples.append((x, x.sum().item()))
+        for lanes in (8, 16, 4):
+            if all(_tsum(x.data_ptr(), x.numel(), lanes) == ref for x, ref in samples):
+                _tsum_lanes = lanes
+                break
+    except Exception:  # torch sums
+        _tsum_lanes = 0
+    return bool(_tsum_lanes)
 
 
 def _f32_torch_stats(t: torch.Tensor):
@@ -603,6 +646,7 @@ class Encoder(entries.EncoderBase):
         self.md5 = self.summary == "md5"
         if self.md5:
             use_isal_crc()
+        use_torch_sum()
         self.cache = StatCache()
         self._devices = False  # a device float tensor was seen: values end with their norms batched
         self.use_cache = cfg.stat_cache
@@ -781,7 +825,9 @@ class Encoder(entries.EncoderBase):
         entry: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
                                  "Max": None, "Min": None, "Mean": None, "Norm": None,
                                  "requires_grad": t.requires_grad}
-        key = self.cache.key(t) if self.use_cache else None
+        key = None
+        if self.use_cache and (file_name is not None or not _cheap(t)):
+            key = self.cache.key(t)
         cached = self.cache.get(key) if key is not None else None
         crc = None
         if cached is not None:

@@ -161,3 +161,37 @@ def test_negative_and_conjugate_views_give_their_values():
     z = torch.randn(300, dtype=torch.cfloat).conj()
     assert z.is_conj()
     assert encode.crc32_hex(z) == f"{zlib.crc32(z.resolve_conj().numpy().tobytes()):08x}"
+
+
+def test_the_c_sum_is_found_where_the_kernel_is_built():
+    if encode._fast_f32 is None:
+        pytest.skip("no kernel")
+    assert encode.use_torch_sum() and encode._tsum_lanes in (4, 8, 16)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_mean_of_a_small_tensor_is_torchs_float_sum_bit_for_bit(seed):
+    """The C sum (_mean below torch's grain) adds in torch's order: the same bits as t.sum() on every size,
+    offset and spread of magnitudes, where any other order of float additions differs."""
+    if not encode.use_torch_sum():
+        pytest.skip("torch sums here")
+    gen = torch.Generator().manual_seed(seed)
+    pool = torch.randn(encode._TSUM_BELOW + 64, generator=gen)
+    pool *= torch.pow(10.0, torch.randint(-6, 7, pool.shape, generator=gen).float())
+    sizes = list(range(1, 300)) + torch.randint(300, encode._TSUM_BELOW, (200,), generator=gen).tolist()
+    sizes.append(encode._TSUM_BELOW - 1)
+    differ = []
+    for n in sizes:
+        off = int(torch.randint(0, 64, (1,), generator=gen))
+        x = pool[off:off + n]
+        if encode._mean(x, n) != x.sum().item() / n:
+            differ.append((n, off))
+    assert differ == []
+
+
+def test_small_float_tensors_skip_the_cache_and_others_keep_it(tmp_path):
+    if not encode.use_torch_sum():
+        pytest.skip("torch sums here")
+    small, large = torch.randn(64, 64), torch.randn(64, 65)
+    assert encode._cheap(small) and not encode._cheap(large)
+    assert not encode._cheap(small.double()) and not encode._cheap(torch.ones(4, dtype=torch.bfloat16))

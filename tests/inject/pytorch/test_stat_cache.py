@@ -13,7 +13,7 @@ cfg_path = sys.argv[2] + ".json"
 json.dump({"dump_path": sys.argv[2], "level": "L1", "stat_cache": sys.argv[1] == "on"}, open(cfg_path, "w"))
 debugger = PrecisionDebugger(config_path=cfg_path)
 debugger.start()
-x = torch.randn(4, 6)
+x = torch.randn(64, 96)  # above encode._CHEAP_UPTO: small ones are reduced again, not cached
 torch.exp(x)          # x reduced
 torch.exp(x)          # same x: cached
 x.add_(1.0)           # in-place: version bump
@@ -28,10 +28,10 @@ with torch.no_grad():
     x.sub_(3.0)       # in-place under no_grad still bumps the version
 torch.exp(x)
 for _ in range(5):    # freed and re-allocated memory of the same shape
-    y = torch.randn(4, 6)
+    y = torch.randn(64, 96)
     torch.exp(y)
     del y
-w = torch.randn(4, 6)
+w = torch.randn(64, 96)
 torch.exp(w.detach())     # an alias object, freed at once: its storage lives on in w
 torch.exp(w.view_as(w))   # another alias of the same memory and geometry: cached
 w.view_as(w).add_(1.0)    # in-place through an alias bumps the shared version
