@@ -307,9 +307,9 @@ fastats_set_crc(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* ---- torch's float32 sum, for the Mean ----
- * msprobe's Mean is torch's float sum over the count: where a mean is near zero by cancellation, any other
- * order of additions differs in every digit. ATen's CPU sum of a contiguous float tensor (cascade_sum, run
+/* ---- torch's float32 mean ----
+ * msprobe's Mean is torch.mean: on the CPU, torch's float sum divided by the count in float. Where a mean is
+ * near zero by cancellation, any other order of additions differs in every digit. ATen's CPU sum of a contiguous float tensor (cascade_sum, run
  * serially below its 32768-element grain) adds vectors of `lanes` floats (its Vectorized<float> width) as
  * rows of four, in level chunks of 16 rows carried up four levels, then the scalar tail, then the lanes in
  * order; under one vector, the same over scalars. The same float additions in the same order give the same
@@ -397,12 +397,12 @@ torch_sum_f32(const float *x, int64_t n, int lanes)
     return 0.0f + total; /* accumulated onto the zero-filled output */
 }
 
-/* tsum(address, count, lanes) -> torch.sum of a contiguous float32 buffer, as a float (see above) */
+/* tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer, as a float (see above) */
 static PyObject *
-fastats_tsum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+fastats_tmean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "tsum(address, count, lanes)");
+        PyErr_SetString(PyExc_TypeError, "tmean(address, count, lanes)");
         return NULL;
     }
     const float *p = PyLong_AsVoidPtr(args[0]);
@@ -412,11 +412,11 @@ fastats_tsum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long lanes = PyLong_AsLong(args[2]);
     if (PyErr_Occurred())
         return NULL;
-    if (n < 0 || (p == NULL && n > 0) || lanes < 1 || lanes > TS_MAXL) {
-        PyErr_SetString(PyExc_ValueError, "tsum: bad address, count or lanes");
+    if (n < 1 || p == NULL || lanes < 1 || lanes > TS_MAXL) {
+        PyErr_SetString(PyExc_ValueError, "tmean: bad address, count or lanes");
         return NULL;
     }
-    return PyFloat_FromDouble((double)torch_sum_f32(p, n, (int)lanes));
+    return PyFloat_FromDouble((double)(torch_sum_f32(p, n, (int)lanes) / (float)n)); /* sum().div_(n) */
 }
 
 static PyMethodDef methods[] = {
@@ -425,8 +425,8 @@ static PyMethodDef methods[] = {
      "f32(address, count) -> (max, min, sum, sum of squares) of a contiguous float32 buffer"},
     {"f32_crc", (PyCFunction)(void (*)(void))fastats_f32_crc, METH_FASTCALL,
      "f32_crc(address, count) -> f32's four values and the buffer's CRC-32 (zlib.crc32)"},
-    {"tsum", (PyCFunction)(void (*)(void))fastats_tsum, METH_FASTCALL,
-     "tsum(address, count, lanes) -> torch's float32 sum of a contiguous buffer (its CPU kernel's order)"},
+    {"tmean", (PyCFunction)(void (*)(void))fastats_tmean, METH_FASTCALL,
+     "tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer (its CPU kernel's order)"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,
      "crc32(address, nbytes) -> zlib.crc32 of the buffer"},
     {NULL, NULL, 0, NULL},

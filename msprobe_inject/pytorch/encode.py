@@ -46,9 +46,9 @@ try:  # the one-pass statistics kernel, built with the package where a C compile
     from .._fastats import crc32 as _fast_crc
     from .._fastats import f32 as _fast_f32
     from .._fastats import f32_crc as _fast_f32_crc
-    from .._fastats import tsum as _tsum
+    from .._fastats import tmean as _tmean
 except ImportError:  # pragma: no cover - torch reduces instead
-    _fast_f32 = _fast_f32_crc = _fast_crc = _tsum = None
+    _fast_f32 = _fast_f32_crc = _fast_crc = _tmean = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -297,11 +297,11 @@ def _fill(item, vals: Optional[list], sqrt=math.sqrt) -> None:
         raise ValueError(kind)
     if vals is None:
         vals = _plain_values(stat)
-    if type(kind) is int:  # CPU float32: max, min, sum, sum of squares of `kind` elements
-        mx, mn, s, ss = vals
+    if type(kind) is int:  # CPU float32: max, min, mean, sum of squares of `kind` elements
+        mx, mn, m, ss = vals
         entry["Max"] = mx
         entry["Min"] = mn
-        entry["Mean"] = s / kind
+        entry["Mean"] = m
         entry["Norm"] = sqrt(ss) if ss >= 0 else float("nan")
     elif kind == "f":
         entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = vals
@@ -335,6 +335,11 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     if t.is_contiguous() or t.dim() < 2:
         return t
     st = t.stride()
+    if 0 in st:  # broadcast: no order makes it dense
+        return t
+    if len(st) == 2:  # the one other order of two dimensions (a weight's transpose)
+        p = t.t()
+        return p if p.is_contiguous() else t
     order = sorted(range(t.dim()), key=lambda i: (-st[i], -t.shape[i]))
     p = t.permute(order)
     return p if p.is_contiguous() else t
@@ -429,8 +434,8 @@ def _f32_kernel(t: torch.Tensor, fast):
     The C kernel reads max, min and the sum of squares in one pass, carried in double (the norm is
     closer to the float64 value than torch's); the mean as _mean says. Without the kernel,
     or with NaN/Inf in the tensor (torch's semantics for those), torch reduces: a BLAS dot beats
-    torch's whole-tensor vector_norm (a scalar loop on CPU), sum beats mean, and the kind is the
-    count the writer divides by. A NaN/Inf tensor's CRC from the kernel stands.
+    torch's whole-tensor vector_norm (a scalar loop on CPU), the mean is torch.mean, and the kind is the
+    element count. A NaN/Inf tensor's CRC from the kernel stands.
     """
     n = t.numel()
     # subclasses may own no storage; a negative view (torch._neg_view) stores the values negated
@@ -448,14 +453,13 @@ def _f32_kernel(t: torch.Tensor, fast):
 
 
 def _mean(t: torch.Tensor, n: int) -> float:
-    # torch's float sum, as msprobe's mean: where a mean is near zero by cancellation (LayerNorm outputs,
-    # gradients) the kernel's more exact double sum differs from msprobe's in every digit. Contiguous:
-    # torch's whole-tensor sum runs in the flat order, no view needed. Below torch's grain, the same
-    # additions in C (_fastats.tsum), once use_torch_sum found them bit for bit equal: a sum and an item()
-    # are two dispatches and two GIL hand-offs per tensor.
+    # msprobe's Mean, torch.mean: on the CPU torch's float sum divided by n in float. Where a mean is near zero by
+    # cancellation (LayerNorm outputs, gradients) the kernel's more exact double sum differs from it in every
+    # digit. Below torch's grain, the same additions and division in C (_fastats.tmean), once use_torch_sum found
+    # them bit for bit equal: torch's mean and item() are two dispatches and two GIL hand-offs per tensor.
     if n < _TSUM_BELOW and _tsum_lanes:
-        return _tsum(t.data_ptr(), n, _tsum_lanes) / n
-    return t.sum().item() / n
+        return _tmean(t.data_ptr(), n, _tsum_lanes)
+    return t.mean().item()
 
 
 def _cheap(t: torch.Tensor) -> bool:
@@ -466,16 +470,16 @@ def _cheap(t: torch.Tensor) -> bool:
 
 _CHEAP_UPTO = 4096  # elements: 16 KiB, about 1 us through the kernel
 _TSUM_BELOW = 32768  # at::internal::GRAIN_SIZE: from here torch may split the sum over threads
-_tsum_lanes = 0  # torch's float vector width, once use_torch_sum has found it; 0: torch sums
+_tsum_lanes = 0  # torch's float vector width, once use_torch_sum has found it; 0: torch reduces
 _tsum_checked = False
 
 
 def use_torch_sum() -> bool:
-    """Switch _mean to the C sum when it reproduces torch.sum bit for bit, here, on sizes reaching every
+    """Switch _mean to the C mean when it reproduces torch.mean bit for bit, here, on sizes reaching every
     branch of torch's kernel (scalar rows, vector rows, level carries, tails), with magnitudes spread so
     that any other order of additions shows; the lane count is the one that does. Once per process."""
     global _tsum_lanes, _tsum_checked
-    if _tsum_checked or _tsum is None:
+    if _tsum_checked or _tmean is None:
         return bool(_tsum_lanes)
     _tsum_checked = True
     try:
@@ -486,20 +490,36 @@ def use_torch_sum() -> bool:
         for i, n in enumerate((1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 255, 257, 511, 513,
                                1023, 1025, 2047, 2049, 4097, 8191, 12345, 16385, _TSUM_BELOW - 1)):
             x = pool[i:i + n]  # odd offsets too: torch's loads are unaligned
-            samples.append((x, x.sum().item()))
+            samples.append((x, x.mean().item()))
         for lanes in (8, 16, 4):
-            if all(_tsum(x.data_ptr(), x.numel(), lanes) == ref for x, ref in samples):
+            if all(_tmean(x.data_ptr(), x.numel(), lanes) == ref for x, ref in samples):
                 _tsum_lanes = lanes
                 break
-    except Exception:  # torch sums
+    except Exception:  # torch reduces
         _tsum_lanes = 0
     return bool(_tsum_lanes)
+
+
+_COPY_UPTO = 1 << 20  # elements: a 4 MiB copy at most
+
+
+def _f32_strided(t: torch.Tensor):
+    """A strided CPU float32 tensor that no permutation makes dense (a broadcast gradient, a slice): max, min and
+    norm from the kernel over a contiguous copy, one pass where torch's strided reductions take three slow
+    ones; the mean torch's over t itself, as on torch's path."""
+    c = t.contiguous()
+    if type(c) is _TENSOR and not c.is_neg():
+        r = _fast_f32(c.data_ptr(), c.numel())
+        if _isfinite(r[2] + r[3]):
+            return (r[0], r[1], t.mean().item(), _sqrt(r[3])), READY
+    mn, mx = torch.aminmax(t)
+    return (mx, mn, t.mean(), torch.linalg.vector_norm(t)), "f"
 
 
 def _f32_torch_stats(t: torch.Tensor):
     flat = t.view(-1)
     mn, mx = torch.aminmax(t)
-    return (mx, mn, flat.sum(), torch.dot(flat, flat)), t.numel()
+    return (mx, mn, flat.mean(), torch.dot(flat, flat)), t.numel()
 
 
 def stat_crc_of(t: torch.Tensor, high_precision: bool):
@@ -549,8 +569,11 @@ def stat_of(t: torch.Tensor, high_precision: bool):
         return (t.clone(),), "s"
     t = _dense(t)
     cpu = t.is_cpu
-    if cpu and dt is torch.float32 and not high_precision and t.is_contiguous():  # a permuted view made dense
-        return _f32_cpu_stats(t)
+    if cpu and dt is torch.float32 and not high_precision and _fast_f32 is not None:
+        if t.is_contiguous():  # a permuted view made dense
+            return _f32_cpu_stats(t)
+        if t.numel() <= _COPY_UPTO:
+            return _f32_strided(t)
     if t.is_floating_point() and dt is not torch.float64 and not high_precision:
         mn, mx = torch.aminmax(t)
         if cpu:

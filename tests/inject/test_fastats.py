@@ -33,7 +33,7 @@ NORM_TOL = 2e-7 if encode._fast_f32 is not None else 2e-5
 
 def _reference(t: torch.Tensor) -> list:
     d = t.double()
-    return [t.max().item(), t.min().item(), t.sum().item() / t.numel(), d.norm().item()]
+    return [t.max().item(), t.min().item(), t.mean().item(), d.norm().item()]
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
@@ -47,7 +47,7 @@ def test_kernel_matches_torch(n):
     t = torch.randn(n) * 3 + 0.5
     got = _stats(t)
     ref = _reference(t)
-    assert got[:3] == ref[:3]  # max, min exact; mean from torch's float sum, as msprobe's
+    assert got[:3] == ref[:3]  # max, min exact; mean torch.mean's, as msprobe's
     assert math.isclose(got[3], ref[3], rel_tol=NORM_TOL)
     if encode._fast_f32 is not None:
         assert encode.stat_of(t, False)[1] is encode.READY
@@ -63,13 +63,37 @@ def test_views_with_an_offset_and_permuted_tensors():
         assert math.isclose(got[3], ref[3], rel_tol=NORM_TOL)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.tensor(0.1).expand(4, 4),  # the gradient of a sum: one value broadcast
+    lambda: torch.randn(8, 10)[:, 2:7],  # a slice
+    lambda: torch.randn(5, 6, 7).transpose(0, 2)[1:],  # no permutation makes it dense
+    lambda: torch.randn(3000, 7)[:, 1],  # a column
+])
+def test_strided_float_tensors_keep_torchs_mean_through_a_contiguous_copy(make):
+    """A view no permutation makes dense: max, min and norm over a contiguous copy (the kernel, when built); the
+    mean still torch.mean over the view itself, as on torch's path."""
+    t = make()
+    got = _stats(t)
+    assert got[:3] == [t.max().item(), t.min().item(), t.mean().item()]
+    assert math.isclose(got[3], t.double().norm().item(), rel_tol=NORM_TOL)
+    if encode._fast_f32 is not None:
+        assert encode.stat_of(t, False)[1] is encode.READY
+
+
+def test_a_strided_float_tensor_with_nan_follows_torch():
+    base = torch.randn(8, 10)
+    base[3, 4] = float("nan")
+    got = _stats(base[:, 2:7])
+    assert all(math.isnan(v) for v in got), got
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_nan_and_inf_follow_torch(bad):
     t = torch.randn(5000)
     t[1234] = bad
     got = _stats(t)
     mn, mx = torch.aminmax(t)
-    want = [mx.item(), mn.item(), t.sum().item() / t.numel(), torch.dot(t, t).sqrt().item()]
+    want = [mx.item(), mn.item(), t.mean().item(), torch.dot(t, t).sqrt().item()]
     for g, w in zip(got, want):
         assert (math.isnan(g) and math.isnan(w)) or g == w, (got, want)
 
@@ -170,21 +194,22 @@ def test_the_c_sum_is_found_where_the_kernel_is_built():
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_mean_of_a_small_tensor_is_torchs_float_sum_bit_for_bit(seed):
-    """The C sum (_mean below torch's grain) adds in torch's order: the same bits as t.sum() on every size,
-    offset and spread of magnitudes, where any other order of float additions differs."""
+def test_the_mean_is_torchs_bit_for_bit(seed):
+    """msprobe's Mean is torch.mean. The C mean (below torch's grain) adds in torch's order and divides in float:
+    the same bits as t.mean() on every size, offset and spread of magnitudes, where any other order of float
+    additions, or a division in double, differs; from the grain up, torch's own."""
     if not encode.use_torch_sum():
         pytest.skip("torch sums here")
     gen = torch.Generator().manual_seed(seed)
-    pool = torch.randn(encode._TSUM_BELOW + 64, generator=gen)
+    pool = torch.randn(encode._TSUM_BELOW + 128, generator=gen)
     pool *= torch.pow(10.0, torch.randint(-6, 7, pool.shape, generator=gen).float())
     sizes = list(range(1, 300)) + torch.randint(300, encode._TSUM_BELOW, (200,), generator=gen).tolist()
-    sizes.append(encode._TSUM_BELOW - 1)
+    sizes += [encode._TSUM_BELOW - 1, encode._TSUM_BELOW, encode._TSUM_BELOW + 17]
     differ = []
     for n in sizes:
         off = int(torch.randint(0, 64, (1,), generator=gen))
         x = pool[off:off + n]
-        if encode._mean(x, n) != x.sum().item() / n:
+        if encode._mean(x, n) != x.mean().item():
             differ.append((n, off))
     assert differ == []
 
