@@ -30,6 +30,8 @@ from .dumpformat.encoding import encode, join_members
 from .dumpformat.nonfinite import has_nonfinite
 from .flight import Flight
 
+_RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
+
 _BATCH = 256  # events per hand-off to the writer thread
 _DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long (the documents trail by that)
 _STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
@@ -199,6 +201,11 @@ class DumpWriter:
         self._spare: Optional[journal.JournalFile] = None
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
         self._stacks: Dict[tuple, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
+        # (frame, the code ids and offsets above it): the calls of one function share everything above their
+        # caller. A plain function's frame object runs once: while the same one is the caller's caller it has
+        # been running all along, and the frames above it stay suspended at the same instructions (a generator
+        # resumes under other callers: never kept). Dropped at each step's end, not to keep a frame alive.
+        self._tail: Optional[tuple] = None
         self.records_sent = 0  # record events sent (whole bodies and merged members): the crash tests compare to it
         # a fork child shares the parent's journal mappings: it must never append to (or end) them
         os.register_at_fork(after_in_child=_forget_journal(weakref.ref(self)))
@@ -293,13 +300,21 @@ class DumpWriter:
         """The caller's stack (skip: frames of the tool above the user's call) for stack.json. Each distinct
         stack is formatted once per process; a call costs the walk over its frames and one lookup."""
         f = sys._getframe(skip + 1)
-        ids = []
-        while f is not None:
-            ids.append(id(f.f_code))
-            ids.append(f.f_lasti)
-            f = f.f_back
-        with self._blk:
+        back = f.f_back
+        tail = self._tail
+        if tail is not None and tail[0] is back:
+            sig = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) + tail[1]
+        else:
+            ids = []
+            g = f
+            while g is not None:
+                ids.append(id(g.f_code))
+                ids.append(g.f_lasti)
+                g = g.f_back
             sig = tuple(ids)
+            if back is not None and not back.f_code.co_flags & _RESUMABLE:
+                self._tail = (back, sig[4:])
+        with self._blk:
             known = self._stacks.get(sig)
             if known is None:
                 frames = capture_stack(skip + 1)  # its code objects stay alive with it: their ids stay theirs
@@ -317,6 +332,7 @@ class DumpWriter:
 
     def _end_journal(self) -> None:
         """The open step is over (a step boundary, a new step, the end): its journal says so at once."""
+        self._tail = None
         with self._blk:
             jf = self._jf
             self._jf = None

@@ -237,3 +237,57 @@ def test_a_fork_child_never_writes_into_its_parents_journal(tmp_path):
     assert list(dict(records.items())) == ["Functional.relu.0.forward", "Functional.relu.2.forward"]
     assert not complete
     w.close()
+
+
+def test_each_call_gets_its_own_stack_when_the_frames_above_its_caller_are_reused(tmp_path):
+    """stack() reuses what lies above the caller's caller while that frame runs on: calls from other lines,
+    other depths, other callers and a generator resumed under two callers each get the stack a full walk gives."""
+    from msprobe_inject.writer import DumpWriter, Stack, capture_stack, format_stack
+
+    w = DumpWriter(lambda pending: None, lambda t, p: None)
+    got, want = [], []
+    real_send = w.send
+
+    def send(ev, push=False):
+        if type(ev) is Stack:
+            got.append(ev.text)
+        return real_send(ev, push)
+
+    w.send = send
+
+    def record(key):  # the tool's frame; its caller is the user's call site
+        w.stack(key, 1)
+        want.append(tuple(format_stack(capture_stack(1))))
+
+    def user(key):
+        record(key + "a")
+        record(key + "b")
+
+    def outer(key):
+        user(key)
+        user(key + "x")
+        record(key + "c")
+
+    def gen():  # the caller's caller of its calls: one frame object, resumed under two callers
+        while True:
+            key = yield
+            user(key)
+
+    g = gen()
+    next(g)
+
+    def resume_from_here(key):
+        g.send(key)
+
+    def resume_from_there(key):
+        g.send(key)
+
+    for i in range(3):
+        outer(f"o{i}")
+        resume_from_here(f"h{i}")
+        resume_from_there(f"t{i}")
+        user(f"u{i}")
+    w.close()
+    assert len(got) == len(want) == 3 * 11
+    assert got == want
+    assert len(set(got)) == 11  # a, b under each of outer's two calls, c; a, b in the generator under each caller; a, b
