@@ -9,6 +9,10 @@ forward records: API calls at L1, module calls at L0, both at mix). The floor is
 whose handler only calls through: what seeing every call costs before any recording.
 
     python benchmarks/percall.py [--rounds 3] [--iters 200] [--repeats 5] [--json out.json]
+        [--only "none;floor;ours L1 statistics"] [--baseline DIR]
+
+--baseline DIR runs each of our configurations a second time with another checkout's code (``git worktree add
+DIR REV``, its C extensions built), interleaved in the same rounds, labelled "@base".
 """
 
 from __future__ import annotations
@@ -118,14 +122,14 @@ def _block_means(ts: list, block: int = 50) -> list:
     return [statistics.fmean(ts[i:i + block]) for i in range(0, len(ts) - block + 1, block)] or [statistics.fmean(ts)]
 
 
-def run_one(cfg: tuple, iters: int, repeats: int, tmp: str) -> dict:
+def run_one(cfg: tuple, iters: int, repeats: int, tmp: str, root: str = ROOT) -> dict:
     tool, level, mode = cfg
-    dump = os.path.join(tmp, label(*cfg).replace(" ", "_"))
+    dump = os.path.join(tmp, label(*cfg).replace(" ", "_") + ("_base" if root != ROOT else ""))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
-    args = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg), "--iters", str(iters),
-            "--repeats", str(repeats), "--dump", dump]
+    args = [sys.executable, os.path.join(root, "benchmarks", "percall.py"), "--worker", json.dumps(cfg),
+            "--iters", str(iters), "--repeats", str(repeats), "--dump", dump]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800)
     shutil.rmtree(dump, ignore_errors=True)
     for line in proc.stdout.splitlines():
@@ -140,6 +144,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--only", default="", help="configurations to run, ';'-separated labels")
+    ap.add_argument("--baseline", default="", help="another checkout whose code runs our configurations too")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -153,16 +159,22 @@ def main() -> None:
     except Exception:
         have_msprobe = False
     cfgs = configs(have_msprobe)
-    times: dict = {label(*c): [] for c in cfgs}
+    if a.only:
+        wanted = {x.strip() for x in a.only.split(";")}
+        cfgs = [c for c in cfgs if label(*c) in wanted]
+    runs = [(c, ROOT, label(*c)) for c in cfgs]
+    if a.baseline:
+        runs += [(c, os.path.abspath(a.baseline), label(*c) + " @base") for c in cfgs if c[0] == "ours"]
+    times: dict = {name: [] for _, _, name in runs}
     calls: dict = {}
     tmp = tempfile.mkdtemp(prefix="msprobe_percall_")
     try:
         for r in range(a.rounds):
-            for c in cfgs:
-                res = run_one(c, a.iters, a.repeats, tmp)
-                times[label(*c)].extend(res["times"])
-                calls[label(*c)] = res["calls"]
-                print(f"round {r + 1}/{a.rounds} {label(*c)}: median {statistics.median(res['times']) * 1e6:.1f} us",
+            for c, root, name in runs:
+                res = run_one(c, a.iters, a.repeats, tmp, root)
+                times[name].extend(res["times"])
+                calls[name] = res["calls"]
+                print(f"round {r + 1}/{a.rounds} {name}: median {statistics.median(res['times']) * 1e6:.1f} us",
                       file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -170,6 +182,8 @@ def main() -> None:
     # "all-in": the median over blocks of 50 consecutive iterations of their mean, which also counts what
     # comes periodically (the writer thread holding the GIL while it encodes a batch, garbage collections
     # of the objects each record allocates): the cost the job pays.
+    if "none" not in times:
+        raise SystemExit("--only must include none: every figure is relative to it")
     base = statistics.median(times["none"])
     base_all = statistics.median(_block_means(times["none"]))
     out = {"iteration_us_none": base * 1e6, "iteration_us_none_all_in": base_all * 1e6, "configs": {}}
@@ -188,7 +202,7 @@ def main() -> None:
         out["configs"][name] = entry
         print(f"{name:<26}{med * 1e6:>14.1f}{med_all * 1e6:>11.1f}{n:>12.1f}{per:>13}{per_all:>9}")
     floor_calls = calls.get("ours L1 statistics")
-    if floor_calls:
+    if floor_calls and "floor" in times:
         f = (statistics.median(times["floor"]) - base) * 1e6 / floor_calls
         out["floor_us_per_call"] = f
         print(f"\nfloor: a TorchFunctionMode that only calls through costs {f:.1f} us per L1 call")
