@@ -47,8 +47,9 @@ try:  # the one-pass statistics kernel, built with the package where a C compile
     from .._fastats import f32 as _fast_f32
     from .._fastats import f32_crc as _fast_f32_crc
     from .._fastats import tmean as _tmean
+    from .._fastats import xor64 as _fast_xor
 except ImportError:  # pragma: no cover - torch reduces instead
-    _fast_f32 = _fast_f32_crc = _fast_crc = _tmean = None
+    _fast_f32 = _fast_f32_crc = _fast_crc = _tmean = _fast_xor = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -638,6 +639,12 @@ def crc32_hex(t: torch.Tensor) -> Optional[str]:
 def xor_hex(t: torch.Tensor) -> Optional[str]:
     if t.is_meta or t.numel() == 0:
         return None
+    if _fast_xor is not None and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous() \
+            and not t.is_neg() and not t.is_conj():
+        try:  # the stored bytes are the values: no numpy view, no padded copy
+            return f"0x{_fast_xor(t.data_ptr(), t.numel() * t.element_size()):016x}"
+        except (RuntimeError, ValueError):
+            pass
     b = raw_bytes(t)
     pad = (-len(b)) % 8
     if pad:

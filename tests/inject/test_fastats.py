@@ -220,3 +220,24 @@ def test_small_float_tensors_skip_the_cache_and_others_keep_it(tmp_path):
     small, large = torch.randn(64, 64), torch.randn(64, 65)
     assert encode._cheap(small) and not encode._cheap(large)
     assert not encode._cheap(small.double()) and not encode._cheap(torch.ones(4, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
+                                   torch.int32, torch.int64, torch.bool, torch.uint8, torch.complex64])
+def test_the_c_xor_is_the_numpy_one(dtype, monkeypatch):
+    """xor mode: the C XOR of a contiguous tensor's bytes equals the numpy reduction over the values' bytes, for
+    every size modulo 8 bytes (zero padding), offsets into a storage, and views it must leave to numpy."""
+    if encode._fast_xor is None:
+        pytest.skip("no kernel")
+    gen = torch.Generator().manual_seed(7)
+    base = (torch.randn(300, generator=gen) * 100)
+    base = base.to(dtype) if dtype is not torch.complex64 else torch.complex(base, base.flip(0))
+    cases = [base[:n] for n in range(1, 41)] + [base[3:3 + n] for n in (1, 7, 9, 33)]
+    cases += [base[:64].view(8, 8).t(), base[::3]]
+    if dtype.is_floating_point:
+        cases.append(base[:16]._neg_view())
+    if dtype is torch.complex64:
+        cases.append(base[:16].conj())
+    fast = [encode.xor_hex(t) for t in cases]
+    monkeypatch.setattr(encode, "_fast_xor", None)
+    assert fast == [encode.xor_hex(t) for t in cases]
