@@ -1462,6 +1462,20 @@ top_key(Scanner *S)
     return 0;
 }
 
+/* past an object's '{': '}' at once (next state `empty`) or its first member (next state `members`) */
+static void
+open_object(Scanner *S, int empty, int members)
+{
+    S->pos++;
+    skip_ws(S);
+    if (S->pos < S->n && S->s[S->pos] == '}') {
+        S->pos++;
+        S->state = empty;
+    } else {
+        S->state = members;
+    }
+}
+
 /* after a member of an object: ',' (next state `more`) or '}' (next state `done`) */
 static int
 separator(Scanner *S, int more, int done)
@@ -1489,28 +1503,14 @@ step(Scanner *S)
         skip_ws(S);
         if (S->pos >= S->n || S->s[S->pos] != '{')
             return fail(S, "expected '{'", S->pos);
-        S->pos++;
-        skip_ws(S);
-        if (S->pos < S->n && S->s[S->pos] == '}') {
-            S->pos++;
-            S->state = ST_END;
-        } else {
-            S->state = ST_KEY;
-        }
+        open_object(S, ST_END, ST_KEY);
         return 0;
     case ST_KEY: {
         if (top_key(S) < 0)
             return -1;
         int data = S->scratch.n == 4 && memcmp(S->scratch.p, "data", 4) == 0;
         if (data && S->pos < S->n && S->s[S->pos] == '{') {
-            S->pos++;
-            skip_ws(S);
-            if (S->pos < S->n && S->s[S->pos] == '}') {
-                S->pos++;
-                S->state = ST_AFTER;
-            } else {
-                S->state = ST_RECORD;
-            }
+            open_object(S, ST_AFTER, ST_RECORD);
             return 0;
         }
         PyObject *key = data ? NULL : PyUnicode_DecodeUTF8(S->scratch.p, (Py_ssize_t)S->scratch.n, "strict");
