@@ -309,12 +309,13 @@ fastats_set_crc(PyObject *self, PyObject *arg)
 
 /* ---- torch's float32 mean ----
  * msprobe's Mean is torch.mean: on the CPU, torch's float sum divided by the count in float. Where a mean is
- * near zero by cancellation, any other order of additions differs in every digit. ATen's CPU sum of a contiguous float tensor (cascade_sum, run
- * serially below its 32768-element grain) adds vectors of `lanes` floats (its Vectorized<float> width) as
- * rows of four, in level chunks of 16 rows carried up four levels, then the scalar tail, then the lanes in
- * order; under one vector, the same over scalars. The same float additions in the same order give the same
- * bits. encode.py switches this on only after it reproduced torch.sum bit for bit on sizes reaching every
- * branch, with the lane count found there, and keeps torch's sum from the grain up (split over threads). */
+ * near zero by cancellation, any other order of additions differs in every digit. ATen's CPU sum of a contiguous
+ * float tensor (cascade_sum, run serially below its 32768-element grain) adds vectors of `lanes` floats (its
+ * Vectorized<float> width) as rows of four, in level chunks of 16 rows carried up four levels, then the scalar
+ * tail, then the lanes in order; under one vector, the same over scalars. The same float additions in the same
+ * order give the same bits. encode.py switches this on only after it reproduced torch.mean bit for bit on sizes
+ * reaching every branch, with the lane count found there, and keeps torch's mean from the grain up (its sum split
+ * over threads). */
 #define TS_MAXL 16
 #define TS_LEVELS 4
 #define TS_ROWS 4

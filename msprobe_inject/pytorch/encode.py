@@ -456,65 +456,64 @@ def _f32_kernel(t: torch.Tensor, fast):
 def _mean(t: torch.Tensor, n: int) -> float:
     # msprobe's Mean, torch.mean: on the CPU torch's float sum divided by n in float. Where a mean is near zero by
     # cancellation (LayerNorm outputs, gradients) the kernel's more exact double sum differs from it in every
-    # digit. Below torch's grain, the same additions and division in C (_fastats.tmean), once use_torch_sum found
+    # digit. Below torch's grain, the same additions and division in C (_fastats.tmean), once use_torch_mean found
     # them bit for bit equal: torch's mean and item() are two dispatches and two GIL hand-offs per tensor.
-    if n < _TSUM_BELOW and _tsum_lanes:
-        return _tmean(t.data_ptr(), n, _tsum_lanes)
+    if n < _TMEAN_BELOW and _tmean_lanes:
+        return _tmean(t.data_ptr(), n, _tmean_lanes)
     return t.mean().item()
 
 
 def _cheap(t: torch.Tensor) -> bool:
     """Reducing t again costs less than the statistics cache's bookkeeping (a key, a lookup, a weak reference:
-    ~4 us): a small CPU float32 tensor, which the C kernel and the C sum read in well under that."""
-    return t.dtype is _F32 and _tsum_lanes != 0 and t.is_cpu and t.numel() <= _CHEAP_UPTO
+    ~4 us): a small CPU float32 tensor, which the C kernel and the C mean read in well under that."""
+    return t.dtype is _F32 and _tmean_lanes != 0 and t.is_cpu and t.numel() <= _CHEAP_UPTO
 
 
 _CHEAP_UPTO = 4096  # elements: 16 KiB, about 1 us through the kernel
-_TSUM_BELOW = 32768  # at::internal::GRAIN_SIZE: from here torch may split the sum over threads
-_tsum_lanes = 0  # torch's float vector width, once use_torch_sum has found it; 0: torch reduces
-_tsum_checked = False
+_TMEAN_BELOW = 32768  # at::internal::GRAIN_SIZE: from here torch may split its sum over threads
+_tmean_lanes = 0  # torch's float vector width, once use_torch_mean has found it; 0: torch reduces
+_tmean_checked = False
 
 
-def use_torch_sum() -> bool:
+def use_torch_mean() -> bool:
     """Switch _mean to the C mean when it reproduces torch.mean bit for bit, here, on sizes reaching every
     branch of torch's kernel (scalar rows, vector rows, level carries, tails), with magnitudes spread so
     that any other order of additions shows; the lane count is the one that does. Once per process."""
-    global _tsum_lanes, _tsum_checked
-    if _tsum_checked or _tmean is None:
-        return bool(_tsum_lanes)
-    _tsum_checked = True
+    global _tmean_lanes, _tmean_checked
+    if _tmean_checked or _tmean is None:
+        return bool(_tmean_lanes)
+    _tmean_checked = True
     try:
         gen = torch.Generator().manual_seed(20261125)
-        pool = torch.randn(_TSUM_BELOW + 64, generator=gen)
+        pool = torch.randn(_TMEAN_BELOW + 64, generator=gen)
         pool *= torch.pow(10.0, torch.randint(-4, 5, pool.shape, generator=gen).float())
         samples = []
         for i, n in enumerate((1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 255, 257, 511, 513,
-                               1023, 1025, 2047, 2049, 4097, 8191, 12345, 16385, _TSUM_BELOW - 1)):
+                               1023, 1025, 2047, 2049, 4097, 8191, 12345, 16385, _TMEAN_BELOW - 1)):
             x = pool[i:i + n]  # odd offsets too: torch's loads are unaligned
             samples.append((x, x.mean().item()))
         for lanes in (8, 16, 4):
             if all(_tmean(x.data_ptr(), x.numel(), lanes) == ref for x, ref in samples):
-                _tsum_lanes = lanes
+                _tmean_lanes = lanes
                 break
     except Exception:  # torch reduces
-        _tsum_lanes = 0
-    return bool(_tsum_lanes)
+        _tmean_lanes = 0
+    return bool(_tmean_lanes)
 
 
 _COPY_UPTO = 1 << 20  # elements: a 4 MiB copy at most
 
 
-def _f32_strided(t: torch.Tensor):
+def _f32_strided(t: torch.Tensor) -> Optional[tuple]:
     """A strided CPU float32 tensor that no permutation makes dense (a broadcast gradient, a slice): max, min and
     norm from the kernel over a contiguous copy, one pass where torch's strided reductions take three slow
-    ones; the mean torch's over t itself, as on torch's path."""
+    ones; the mean torch's over t itself, as on torch's path. None: torch's path."""
     c = t.contiguous()
     if type(c) is _TENSOR and not c.is_neg():
         r = _fast_f32(c.data_ptr(), c.numel())
         if _isfinite(r[2] + r[3]):
             return (r[0], r[1], t.mean().item(), _sqrt(r[3])), READY
-    mn, mx = torch.aminmax(t)
-    return (mx, mn, t.mean(), torch.linalg.vector_norm(t)), "f"
+    return None  # NaN/Inf: torch's reductions, for its semantics
 
 
 def _f32_torch_stats(t: torch.Tensor):
@@ -574,7 +573,9 @@ def stat_of(t: torch.Tensor, high_precision: bool):
         if t.is_contiguous():  # a permuted view made dense
             return _f32_cpu_stats(t)
         if t.numel() <= _COPY_UPTO:
-            return _f32_strided(t)
+            got = _f32_strided(t)
+            if got is not None:
+                return got
     if t.is_floating_point() and dt is not torch.float64 and not high_precision:
         mn, mx = torch.aminmax(t)
         if cpu:
@@ -624,11 +625,17 @@ def use_isal_crc() -> bool:
     return _isal_in_kernel
 
 
+def _direct(t: torch.Tensor) -> bool:
+    """A checksum can read t's bytes at its data pointer: a plain CPU tensor, contiguous, whose stored bytes are its
+    values (not a lazy negative or conjugate view)."""
+    return t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous() and not t.is_neg() \
+        and not t.is_conj()
+
+
 def crc32_hex(t: torch.Tensor) -> Optional[str]:
     if t.is_meta:
         return None
-    if _fast_crc is not None and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous() \
-            and not t.is_neg() and not t.is_conj():
+    if _fast_crc is not None and _direct(t):
         try:  # no numpy view, no copy
             return f"{_fast_crc(t.data_ptr(), t.numel() * t.element_size()):08x}"
         except (RuntimeError, ValueError):
@@ -639,9 +646,8 @@ def crc32_hex(t: torch.Tensor) -> Optional[str]:
 def xor_hex(t: torch.Tensor) -> Optional[str]:
     if t.is_meta or t.numel() == 0:
         return None
-    if _fast_xor is not None and t.is_cpu and (type(t) is _TENSOR or type(t) is _PARAM) and t.is_contiguous() \
-            and not t.is_neg() and not t.is_conj():
-        try:  # the stored bytes are the values: no numpy view, no padded copy
+    if _fast_xor is not None and _direct(t):
+        try:  # no numpy view, no padded copy
             return f"0x{_fast_xor(t.data_ptr(), t.numel() * t.element_size()):016x}"
         except (RuntimeError, ValueError):
             pass
@@ -676,7 +682,7 @@ class Encoder(entries.EncoderBase):
         self.md5 = self.summary == "md5"
         if self.md5:
             use_isal_crc()
-        use_torch_sum()
+        use_torch_mean()
         self.cache = StatCache()
         self._devices = False  # a device float tensor was seen: values end with their norms batched
         self.use_cache = cfg.stat_cache

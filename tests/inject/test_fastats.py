@@ -187,10 +187,10 @@ def test_negative_and_conjugate_views_give_their_values():
     assert encode.crc32_hex(z) == f"{zlib.crc32(z.resolve_conj().numpy().tobytes()):08x}"
 
 
-def test_the_c_sum_is_found_where_the_kernel_is_built():
+def test_the_c_mean_is_found_where_the_kernel_is_built():
     if encode._fast_f32 is None:
         pytest.skip("no kernel")
-    assert encode.use_torch_sum() and encode._tsum_lanes in (4, 8, 16)
+    assert encode.use_torch_mean() and encode._tmean_lanes in (4, 8, 16)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -198,13 +198,13 @@ def test_the_mean_is_torchs_bit_for_bit(seed):
     """msprobe's Mean is torch.mean. The C mean (below torch's grain) adds in torch's order and divides in float:
     the same bits as t.mean() on every size, offset and spread of magnitudes, where any other order of float
     additions, or a division in double, differs; from the grain up, torch's own."""
-    if not encode.use_torch_sum():
+    if not encode.use_torch_mean():
         pytest.skip("torch sums here")
     gen = torch.Generator().manual_seed(seed)
-    pool = torch.randn(encode._TSUM_BELOW + 128, generator=gen)
+    pool = torch.randn(encode._TMEAN_BELOW + 128, generator=gen)
     pool *= torch.pow(10.0, torch.randint(-6, 7, pool.shape, generator=gen).float())
-    sizes = list(range(1, 300)) + torch.randint(300, encode._TSUM_BELOW, (200,), generator=gen).tolist()
-    sizes += [encode._TSUM_BELOW - 1, encode._TSUM_BELOW, encode._TSUM_BELOW + 17]
+    sizes = list(range(1, 300)) + torch.randint(300, encode._TMEAN_BELOW, (200,), generator=gen).tolist()
+    sizes += [encode._TMEAN_BELOW - 1, encode._TMEAN_BELOW, encode._TMEAN_BELOW + 17]
     differ = []
     for n in sizes:
         off = int(torch.randint(0, 64, (1,), generator=gen))
@@ -215,7 +215,7 @@ def test_the_mean_is_torchs_bit_for_bit(seed):
 
 
 def test_small_float_tensors_skip_the_cache_and_others_keep_it(tmp_path):
-    if not encode.use_torch_sum():
+    if not encode.use_torch_mean():
         pytest.skip("torch sums here")
     small, large = torch.randn(64, 64), torch.randn(64, 65)
     assert encode._cheap(small) and not encode._cheap(large)
