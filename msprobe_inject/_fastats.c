@@ -461,6 +461,297 @@ fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLongLong(x);
 }
 
+/* ---- entries: a recorded value's msprobe entries in one call (the PyTorch encoder's common case) ----
+ * The items of a list, tuple or dict that are None, a bool, int, float or str, or a plain contiguous CPU float32
+ * tensor of 1..max elements with finite statistics are encoded here, through the same kernel (max, min, norm) and
+ * the same torch-ordered mean as encode.py's path, without a Python frame per item. Every other item (another dtype,
+ * a view, a device tensor, a subclass, a nested container, non-finite statistics) goes to encode.py's fallback.
+ * encode.py's entries are the definition, which tests/inject/pytorch/test_fast_entries.py holds this path to.
+ * entries_setup names the types and the lane count. */
+static struct {
+    PyObject *tensor, *param, *f32, *strided;
+    int lanes;
+    Py_ssize_t max_numel;
+} E;
+static PyObject *S_dtype, *S_layout, *S_is_cpu, *S_is_neg, *S_is_contiguous, *S_data_ptr, *S_numel, *S_shape,
+    *S_requires_grad, *S_stride, *K_type, *K_dtype, *K_shape, *K_max, *K_min, *K_mean, *K_norm, *K_requires_grad, *K_value,
+    *K_device, *V_tensor, *V_float32, *V_bool, *V_int, *V_float, *V_str;
+#define NOT_MINE ((PyObject *)&E) /* a leaf encode.py must do: no exception set */
+
+static int
+intern_names(void)
+{
+#define I(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
+    I(S_dtype, "dtype"); I(S_layout, "layout"); I(S_is_cpu, "is_cpu"); I(S_is_neg, "is_neg");
+    I(S_is_contiguous, "is_contiguous"); I(S_data_ptr, "data_ptr"); I(S_numel, "numel"); I(S_shape, "shape");
+    I(S_requires_grad, "requires_grad"); I(S_stride, "stride"); I(K_type, "type"); I(K_dtype, "dtype"); I(K_shape, "shape");
+    I(K_max, "Max"); I(K_min, "Min"); I(K_mean, "Mean"); I(K_norm, "Norm"); I(K_requires_grad, "requires_grad");
+    I(K_value, "value"); I(K_device, "device"); I(V_tensor, "torch.Tensor"); I(V_float32, "torch.float32");
+    I(V_bool, "bool"); I(V_int, "int"); I(V_float, "float"); I(V_str, "str");
+#undef I
+    return 0;
+}
+
+/* 1: the attribute (or method result) is `want`; 0: it is not, or reading it raised (encode.py decides) */
+static int
+attr_is(PyObject *t, PyObject *name, int call, PyObject *want)
+{
+    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = v == want;
+    Py_DECREF(v);
+    return same;
+}
+
+static PyObject *
+dict_of(PyObject **kv, int pairs)
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < pairs; i++)
+        if (kv[2 * i + 1] == NULL || PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    return d;
+}
+
+/* torch's is_contiguous over sizes and strides taken in the order of ix */
+static int
+contiguous_in(const int64_t *size, const int64_t *stride, const int *ix, int nd)
+{
+    int64_t expected = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t sz = size[ix[d]];
+        if (sz == 1)
+            continue;
+        if (stride[ix[d]] != expected)
+            return 0;
+        expected *= sz;
+    }
+    return 1;
+}
+
+/* 1 when a non-contiguous t is a permutation of a dense tensor as encode._dense finds one (a 2-d tensor's
+ * transpose; from 3 dimensions the order of decreasing stride, then size): its elements are then the dense block
+ * at its data pointer, which encode.py reduces through that permutation's view (the same address) */
+static int
+permuted_dense(PyObject *t)
+{
+    int64_t size[8], stride[8];
+    int ix[8], nd;
+    PyObject *sz = PyObject_GetAttr(t, S_shape), *st = sz == NULL ? NULL : PyObject_CallMethodNoArgs(t, S_stride);
+    int ok = sz != NULL && st != NULL && PyTuple_Check(sz) && PyTuple_Check(st)
+             && (nd = (int)PyTuple_GET_SIZE(sz)) == PyTuple_GET_SIZE(st) && nd >= 2 && nd <= 8;
+    for (int d = 0; ok && d < nd; d++) {
+        size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
+        stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        ok = !PyErr_Occurred() && stride[d] != 0; /* 0: a broadcast, dense in no order */
+        ix[d] = d;
+    }
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    if (!ok) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (nd == 2) {
+        ix[0] = 1, ix[1] = 0;
+    } else { /* Python's stable sort by (-stride, -size): an insertion sort keeps ties in index order */
+        for (int i = 1; i < nd; i++) {
+            int v = ix[i], j = i - 1;
+            while (j >= 0 && (stride[ix[j]] < stride[v] || (stride[ix[j]] == stride[v] && size[ix[j]] < size[v]))) {
+                ix[j + 1] = ix[j];
+                j--;
+            }
+            ix[j + 1] = v;
+        }
+    }
+    return contiguous_in(size, stride, ix, nd);
+}
+
+static PyObject *
+tensor_entry(PyObject *t)
+{
+    if (!attr_is(t, S_dtype, 0, E.f32) || !attr_is(t, S_layout, 0, E.strided) || !attr_is(t, S_is_cpu, 0, Py_True)
+        || !attr_is(t, S_is_neg, 1, Py_False))
+        return NOT_MINE;
+    if (!attr_is(t, S_is_contiguous, 1, Py_True) && !permuted_dense(t))
+        return NOT_MINE;
+    PyObject *o = PyObject_CallMethodNoArgs(t, S_numel);
+    if (o == NULL) {
+        PyErr_Clear();
+        return NOT_MINE;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(o);
+    Py_DECREF(o);
+    if (n < 1 || n > E.max_numel) {
+        PyErr_Clear();
+        return NOT_MINE;
+    }
+    o = PyObject_CallMethodNoArgs(t, S_data_ptr);
+    const float *p = o == NULL ? NULL : PyLong_AsVoidPtr(o);
+    Py_XDECREF(o);
+    if (p == NULL) { /* no storage (a functorch or fake tensor) */
+        PyErr_Clear();
+        return NOT_MINE;
+    }
+    PyObject *size = PyObject_GetAttr(t, S_shape);
+    if (size == NULL || !PyTuple_Check(size)) {
+        Py_XDECREF(size);
+        PyErr_Clear();
+        return NOT_MINE;
+    }
+    PyObject *rg = PyObject_GetAttr(t, S_requires_grad);
+    if (rg == NULL || (rg != Py_True && rg != Py_False)) {
+        Py_DECREF(size);
+        Py_XDECREF(rg);
+        PyErr_Clear();
+        return NOT_MINE;
+    }
+    double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0}, mean, norm;
+    if (PyTuple_GET_SIZE(size) == 0) { /* a 0-d tensor (a loss): its value is all four figures, as msprobe writes */
+        acc[0] = acc[1] = mean = norm = *p;
+    } else {
+        f32_pass(p, n, acc);
+        if (!isfinite(acc[2] + acc[3])) { /* NaN/Inf: torch's reductions, for their semantics */
+            Py_DECREF(size);
+            Py_DECREF(rg);
+            return NOT_MINE;
+        }
+        mean = (double)(torch_sum_f32(p, n, E.lanes) / (float)n);
+        norm = sqrt(acc[3]);
+    }
+    PyObject *shape = PySequence_List(size);
+    PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyFloat_FromDouble(acc[0]),
+                        K_min, PyFloat_FromDouble(acc[1]), K_mean, PyFloat_FromDouble(mean),
+                        K_norm, PyFloat_FromDouble(norm), K_requires_grad, rg};
+    PyObject *d = dict_of(kv, 8);
+    for (int i = 5; i < 14; i += 2)
+        Py_XDECREF(kv[i]);
+    Py_DECREF(size);
+    Py_DECREF(rg);
+    return d;
+}
+
+static PyObject *
+leaf_entry(PyObject *v)
+{
+    PyTypeObject *tp = Py_TYPE(v);  /* exact types: encode.py's isinstance tests differ for subclasses */
+    if ((PyObject *)tp == E.tensor || (PyObject *)tp == E.param)
+        return tensor_entry(v);
+    if (v == Py_None)
+        Py_RETURN_NONE;
+    PyObject *name = tp == &PyBool_Type ? V_bool : tp == &PyLong_Type ? V_int : tp == &PyFloat_Type ? V_float
+                   : tp == &PyUnicode_Type ? V_str : NULL;
+    if (name == NULL)
+        return NOT_MINE;
+    PyObject *kv[4] = {K_type, name, K_value, v};
+    return dict_of(kv, 2);
+}
+
+/* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
+static PyObject *
+item_entry(PyObject *v, int mine, PyObject *key, PyObject *fallback, PyObject *pending, PyObject *value)
+{
+    Py_INCREF(v); /* torch's getters may run Python code (a mode's handler) that drops the container's hold */
+    PyObject *e = mine ? leaf_entry(v) : NOT_MINE;
+    if (e == NOT_MINE)
+        e = PyObject_CallFunctionObjArgs(fallback, v, key, pending, value, NULL);
+    Py_DECREF(v);
+    return e;
+}
+
+/* entries(value, fallback, pending) -> the encoded list, tuple or dict, or NotImplemented for another value or a
+ * dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback, encode.py's, with
+ * their index or key, pending and value: the same call it would make for them. */
+static PyObject *
+fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending)");
+        return NULL;
+    }
+    PyObject *value = args[0], *fallback = args[1], *pending = args[2], *out, *e, *key;
+    if (E.tensor == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
+        if ((out = PyList_New(0)) == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); i++) { /* a list may change under fallback */
+            if ((key = PyLong_FromSsize_t(i)) == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            e = item_entry(PySequence_Fast_GET_ITEM(value, i), 1, key, fallback, pending, value);
+            Py_DECREF(key);
+            if (e == NULL || PyList_Append(out, e) < 0) {
+                Py_XDECREF(e);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(e);
+        }
+        return out;
+    }
+    if (PyDict_CheckExact(value)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(value, &pos, &k, &v))
+            if (!PyUnicode_CheckExact(k))
+                Py_RETURN_NOTIMPLEMENTED;
+        PyObject *items = PyDict_Items(value); /* a snapshot: fallback may run code that changes the dict */
+        if (items == NULL || (out = PyDict_New()) == NULL) {
+            Py_XDECREF(items);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i);
+            k = PyTuple_GET_ITEM(kv, 0);
+            /* a "device" key's int or str is a torch.device entry: encode.py's */
+            e = item_entry(PyTuple_GET_ITEM(kv, 1), PyUnicode_Compare(k, K_device) != 0, k, fallback, pending, value);
+            if (e == NULL || PyDict_SetItem(out, k, e) < 0) {
+                Py_XDECREF(e);
+                Py_DECREF(out);
+                Py_DECREF(items);
+                return NULL;
+            }
+            Py_DECREF(e);
+        }
+        Py_DECREF(items);
+        return out;
+    }
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+/* entries_setup(tensor type, parameter type, torch.float32, torch.strided, lanes, max elements), or () to switch
+ * entries off */
+static PyObject *
+fastats_entries_setup(PyObject *self, PyObject *args)
+{
+    PyObject *tensor = NULL, *param = NULL, *f32 = NULL, *strided = NULL;
+    int lanes = 0;
+    Py_ssize_t max_numel = 0;
+    if (!PyArg_ParseTuple(args, "|OOOOin", &tensor, &param, &f32, &strided, &lanes, &max_numel))
+        return NULL;
+    if (tensor != NULL && (lanes < 1 || lanes > TS_MAXL || max_numel < 1 || !PyType_Check(tensor)
+                           || !PyType_Check(param))) {
+        PyErr_SetString(PyExc_ValueError, "entries_setup: bad types, lanes or size");
+        return NULL;
+    }
+    if (S_dtype == NULL && intern_names() < 0)
+        return NULL;
+    Py_XINCREF(tensor), Py_XINCREF(param), Py_XINCREF(f32), Py_XINCREF(strided);
+    Py_XDECREF(E.tensor), Py_XDECREF(E.param), Py_XDECREF(E.f32), Py_XDECREF(E.strided);
+    E.tensor = tensor, E.param = param, E.f32 = f32, E.strided = strided;
+    E.lanes = lanes, E.max_numel = max_numel;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"set_crc", fastats_set_crc, METH_O, "set_crc(address): the CRC-32 function to use (0: built-in)"},
     {"f32", (PyCFunction)(void (*)(void))fastats_f32, METH_FASTCALL,
@@ -471,6 +762,11 @@ static PyMethodDef methods[] = {
      "tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer (its CPU kernel's order)"},
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
+    {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,
+     "entries(value, fallback, pending) -> msprobe's entries of a list, tuple or dict, its small CPU float32 "
+     "tensors and scalars encoded here, the rest by fallback; NotImplemented for another value"},
+    {"entries_setup", fastats_entries_setup, METH_VARARGS,
+     "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,
      "crc32(address, nbytes) -> zlib.crc32 of the buffer"},
     {NULL, NULL, 0, NULL},

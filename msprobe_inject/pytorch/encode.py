@@ -50,6 +50,11 @@ try:  # the one-pass statistics kernel, built with the package where a C compile
     from .._fastats import xor64 as _fast_xor
 except ImportError:  # pragma: no cover - torch reduces instead
     _fast_f32 = _fast_f32_crc = _fast_crc = _tmean = _fast_xor = None
+try:  # a whole value's entries in one call (a kernel built before it lacks the function)
+    from .._fastats import entries as _fast_entries
+    from .._fastats import entries_setup as _fast_entries_setup
+except ImportError:  # pragma: no cover - the Python encoder alone
+    _fast_entries = _fast_entries_setup = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -501,6 +506,22 @@ def use_torch_mean() -> bool:
     return bool(_tmean_lanes)
 
 
+def use_fast_entries() -> bool:
+    """Let _fastats.entries encode whole values whose tensors _cheap takes (the C mean found exact): the same
+    kernel and mean as _f32_kernel, without its Python per tensor. Once per process."""
+    global _entries_on
+    if _entries_on is None:
+        _entries_on = False
+        if _fast_entries_setup is not None and use_torch_mean():
+            try:
+                _fast_entries_setup(_TENSOR, _PARAM, _F32, _STRIDED, _tmean_lanes, _CHEAP_UPTO)
+                _entries_on = True
+            except Exception:  # the Python encoder alone
+                pass
+    return _entries_on
+
+
+_entries_on: Optional[bool] = None
 _COPY_UPTO = 1 << 20  # elements: a 4 MiB copy at most
 
 
@@ -514,6 +535,32 @@ def _f32_strided(t: torch.Tensor) -> Optional[tuple]:
         if _isfinite(r[2] + r[3]):
             return (r[0], r[1], t.mean().item(), _sqrt(r[3])), READY
     return None  # NaN/Inf: torch's reductions, for its semantics
+
+
+_CONSTANTS: Dict[tuple, tuple] = {}
+
+
+def _constant_f32(t: torch.Tensor) -> Optional[tuple]:
+    """A CPU float32 tensor whose strides are all 0 (an expanded gradient: the backward of a sum or a mean): its
+    statistics depend on its one value and its shape alone. Computed once as _f32_strided does (a contiguous copy,
+    torch's mean over the view: the same figures), then looked up. None: the other paths."""
+    if t.is_neg() or type(t) is not _TENSOR and type(t) is not _PARAM:
+        return None
+    v = _fast_f32(t.data_ptr(), 1)[0]
+    if v != v:
+        return None
+    n = t.numel()
+    # from the grain up torch's mean splits its sum over its threads: their number is part of the figures
+    key = (v, math.copysign(1.0, v), tuple(t.shape), torch.get_num_threads() if n >= _TMEAN_BELOW else 1)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _f32_strided(t) if n <= _COPY_UPTO else None
+        if got is None:
+            return None
+        if len(_CONSTANTS) >= 256:
+            _CONSTANTS.clear()
+        _CONSTANTS[key] = got
+    return got
 
 
 def _f32_torch_stats(t: torch.Tensor):
@@ -567,6 +614,10 @@ def stat_of(t: torch.Tensor, high_precision: bool):
         return (t.any(), t.all()), "b"
     if t.dim() == 0:
         return (t.clone(),), "s"
+    if dt is torch.float32 and not high_precision and _fast_f32 is not None and t.is_cpu and not any(t.stride()):
+        got = _constant_f32(t)
+        if got is not None:
+            return got
     t = _dense(t)
     cpu = t.is_cpu
     if cpu and dt is torch.float32 and not high_precision and _fast_f32 is not None:
@@ -686,6 +737,9 @@ class Encoder(entries.EncoderBase):
         self.cache = StatCache()
         self._devices = False  # a device float tensor was seen: values end with their norms batched
         self.use_cache = cfg.stat_cache
+        # the common value (small CPU float32 tensors and scalars) in one C call; its entries are _enc's
+        self._entries = _fast_entries if self.summary == "statistics" and not (self.structure or self.high) \
+            and use_fast_entries() else None
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
@@ -693,6 +747,13 @@ class Encoder(entries.EncoderBase):
         tv = type(value)
         if (tv is dict or tv is list) and not value:  # no kwargs, no outputs: most calls have one
             return tv()
+        if self._entries is not None and file_prefix is None and not keys:
+            start = len(pending)
+            got = self._entries(value, self._item, pending)
+            if got is not NotImplemented:
+                if self._devices and len(pending) > start:
+                    self._finish(pending, start)
+                return got
         prev = torch.is_grad_enabled()
         if prev:
             torch._C._set_grad_enabled(False)  # one switch per value, not a context manager per tensor
@@ -724,6 +785,17 @@ class Encoder(entries.EncoderBase):
             torch._C._set_grad_enabled(prev)
 
     # -- internals --
+    def _item(self, v: Any, key: Any, pending: Pending, top: Any) -> Any:
+        """_fastats.entries' fallback: the entry of top[key], as _items and _container make it."""
+        prev = torch.is_grad_enabled()
+        if prev:
+            torch._C._set_grad_enabled(False)
+        try:
+            return self._enc(v, pending, None, [key], 1, {id(top)})
+        finally:
+            if prev:
+                torch._C._set_grad_enabled(True)
+
     @staticmethod
     def _finish(pending: list, start: int) -> None:
         # this call's own items (another thread may be encoding): the figures whose norm is due

@@ -1,0 +1,178 @@
+"""_fastats.entries, the encoder's C path for a value's small CPU float32 tensors and scalars, against the Python
+encoder (pytorch/encode.py), whose entries are the definition: the same JSON text, bit for bit."""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from msprobe_inject.config import DumpConfig
+from msprobe_inject.entries import Pending
+from msprobe_inject.pytorch import encode
+
+pytestmark = pytest.mark.skipif(encode._fast_entries is None or not encode.use_fast_entries(),
+                                reason="the statistics kernel is not built here")
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.errors: list = []
+
+    def log_error(self, message, *a, **k) -> None:
+        self.errors.append(message)
+
+
+def _encoder(**settings) -> encode.Encoder:
+    cfg = DumpConfig(dump_path="unused", **settings)
+    return encode.Encoder(cfg, lambda: "unused", _Writer())
+
+
+def _text(enc: encode.Encoder, value, fast: bool) -> str:
+    saved = enc._entries
+    if not fast:
+        enc._entries = None
+    try:
+        pending = Pending()
+        out = enc.encode(value, pending, None)
+        rest = encode.resolve_host(pending)
+        assert not rest, rest
+        return json.dumps(out)
+    finally:
+        enc._entries = saved
+
+
+class Color(enum.IntEnum):
+    RED = 1
+
+
+class Sub(torch.Tensor):
+    pass
+
+
+def _tensor(rng: random.Random) -> torch.Tensor:
+    kind = rng.randrange(14)
+    shape = [rng.randint(1, 9) for _ in range(rng.randint(1, 4))]
+    scale = 10.0 ** rng.randint(-6, 6)
+    t = torch.randn(*shape, generator=torch.Generator().manual_seed(rng.randrange(1 << 30))) * scale
+    if kind == 0:
+        return torch.tensor(rng.uniform(-5, 5))  # 0-d
+    if kind == 1 and t.dim() >= 2:
+        return t.transpose(0, 1)  # dense in another order
+    if kind == 2 and t.dim() >= 3:
+        return t.permute(*reversed(range(t.dim())))
+    if kind == 3:
+        return t[..., ::2]  # a slice: dense in no order
+    if kind == 4:
+        return torch.tensor(rng.choice([1.0, -0.0, 0.1])).expand(*shape)  # a broadcast
+    if kind == 5:
+        t = t.flatten().clone()
+        t[rng.randrange(t.numel())] = rng.choice([float("nan"), float("inf"), -float("inf")])
+        return t
+    if kind == 6:
+        return t.to(rng.choice([torch.float16, torch.float64, torch.bfloat16, torch.int64, torch.bool]))
+    if kind == 7:
+        return torch.nn.Parameter(t)
+    if kind == 8:
+        return t.requires_grad_()
+    if kind == 9:
+        return torch.randn(rng.randint(4000, 4200))  # around the size the C path takes
+    if kind == 10:
+        return torch._neg_view(t)
+    if kind == 11:
+        return torch.empty(0, 3)
+    if kind == 12:
+        return t.as_subclass(Sub)
+    if kind == 13:
+        return torch.tensor(float("nan"))
+    return t
+
+
+def _leaf(rng: random.Random):
+    kind = rng.randrange(12)
+    if kind < 6:
+        return _tensor(rng)
+    return [None, True, 7, -2.5, "s", Color.RED][kind - 6]
+
+
+def _value(rng: random.Random):
+    n = rng.randint(0, 5)
+    kind = rng.randrange(4)
+    if kind == 0:
+        return [_leaf(rng) if rng.random() < 0.9 else [_leaf(rng), _leaf(rng)] for _ in range(n)]
+    if kind == 1:
+        return tuple(_leaf(rng) for _ in range(n))
+    if kind == 2:
+        keys = ["x", "alpha", "device", "dtype", "out"]
+        d = {rng.choice(keys): _leaf(rng) for _ in range(n)}
+        if rng.random() < 0.3:
+            d["device"] = rng.choice([0, "cpu", 1.5])
+        if rng.random() < 0.2:
+            d["dtype"] = torch.float16
+        return d
+    return {3: _leaf(rng)} if n else _leaf(rng)  # a non-str key; a bare leaf
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_c_entries_are_the_python_encoders_bit_for_bit(seed):
+    enc = _encoder()
+    rng = random.Random(seed)
+    for i in range(300):
+        value = _value(rng)
+        assert _text(enc, value, True) == _text(enc, value, False), (seed, i, value)
+
+
+def test_the_c_path_encodes_the_common_values_itself():
+    # the comparison above would hold vacuously if every value went to the Python encoder
+    t = torch.randn(4, 4)
+    calls = []
+    got = encode._fast_entries([t, 0.5, None, torch.tensor(2.0), t.t()], lambda *a: calls.append(a), [])
+    assert calls == [] and [e["type"] if e else None for e in got] == ["torch.Tensor", "float", None,
+                                                                      "torch.Tensor", "torch.Tensor"]
+    assert got[0]["Mean"] == t.mean().item() and got[0]["Max"] == t.max().item()
+    assert got[3] == {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [], "Max": 2.0, "Min": 2.0,
+                      "Mean": 2.0, "Norm": 2.0, "requires_grad": False}
+    broadcast = torch.tensor(1.0).expand(3, 3)
+    got = encode._fast_entries({"a": broadcast, "device": 0}, lambda v, k, p, top: ("fallback", k), [])
+    assert got == {"a": ("fallback", "a"), "device": ("fallback", "device")}
+
+
+def test_only_statistics_of_plain_summaries_take_the_c_path():
+    assert _encoder()._entries is not None
+    for settings in ({"summary_mode": "md5"}, {"summary_mode": "xor"}, {"task": "structure"},
+                     {"precision": "high"}):
+        assert _encoder(**settings)._entries is None, settings
+
+
+def test_under_a_users_torch_function_mode_the_entries_stay_the_same():
+    enc = _encoder()
+    seen = []
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    value = [torch.randn(3, 5), torch.randn(5, 3).t(), 2]
+    plain = _text(enc, value, False)
+    with Watch():
+        assert _text(enc, value, True) == plain
+
+
+def test_a_value_changed_by_a_fallback_midway_is_still_encoded_without_harm():
+    enc = _encoder()
+    value: list = []
+
+    class Shrinking(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            value.clear()  # a subclass's handler runs Python code while the C loop holds the list
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    value.extend([torch.randn(2), torch.randn(3).as_subclass(Shrinking), torch.randn(4), torch.randn(5)])
+    out = enc.encode(value, Pending(), None)
+    assert isinstance(out, list) and len(out) == 2 and out[0]["shape"] == [2]
