@@ -466,7 +466,7 @@ fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * tensor of 1..max elements with finite statistics are encoded here, through the same kernel (max, min, norm) and
  * the same torch-ordered mean as encode.py's path, without a Python frame per item. Every other item (another dtype,
  * a view, a device tensor, a subclass, a nested container, non-finite statistics) goes to encode.py's fallback.
- * encode.py's entries are the definition, which tests/inject/pytorch/test_fast_entries.py holds this path to.
+ * encode.py's entries are the definition, which tests/inject/pytorch/test_encode_fast.py holds this path to.
  * entries_setup names the types and the lane count. */
 static struct {
     PyObject *tensor, *param, *f32, *strided;

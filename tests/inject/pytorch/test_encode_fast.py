@@ -1,5 +1,6 @@
-"""_fastats.entries, the encoder's C path for a value's small CPU float32 tensors and scalars, against the Python
-encoder (pytorch/encode.py), whose entries are the definition: the same JSON text, bit for bit."""
+"""The encoder's shortcuts (pytorch/encode.py) against its definitions, bit for bit: _fastats.entries, its C path for a
+value's small CPU float32 tensors and scalars, against the Python encoder; an expanded tensor's statistics computed
+once per value and shape against computing them each time."""
 
 from __future__ import annotations
 
@@ -176,3 +177,24 @@ def test_a_value_changed_by_a_fallback_midway_is_still_encoded_without_harm():
     value.extend([torch.randn(2), torch.randn(3).as_subclass(Shrinking), torch.randn(4), torch.randn(5)])
     out = enc.encode(value, Pending(), None)
     assert isinstance(out, list) and len(out) == 2 and out[0]["shape"] == [2]
+
+
+def test_an_expanded_tensors_statistics_are_those_of_its_own_reduction():
+    before = torch.get_num_threads()
+    encode._CONSTANTS.clear()
+    rng = random.Random(5)
+    try:
+        for i in range(120):
+            torch.set_num_threads(1 + i % 2)  # from torch's grain up, its mean depends on its thread count
+            v = rng.choice([1.0, -0.0, 0.0, 1 / 3, -2.5e-7, 0.1, rng.uniform(-1e4, 1e4)])
+            shape = rng.choice([(4, 4), (3,), (7, 1, 5), (300, 300), (40000,), (2, 3, 4)])
+            base = torch.tensor(v).expand(*shape)
+            for t in (base, torch.full((1,), v)[0].expand(*shape)):  # another storage, the same value
+                got = encode.stat_of(t, False)
+                assert got[1] is encode.READY
+                mx, mn, mean, norm = got[0]  # repr: -0.0 is not 0.0 in a dump
+                assert repr((mx, mn, mean)) == repr((t.max().item(), t.min().item(), t.mean().item())), (v, shape, i)
+                assert repr(got) == repr(encode._f32_strided(t)), (v, shape)  # what it was before the lookup
+        assert 0 < len(encode._CONSTANTS) <= 256
+    finally:
+        torch.set_num_threads(before)
