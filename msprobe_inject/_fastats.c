@@ -420,24 +420,10 @@ fastats_tmean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyFloat_FromDouble((double)(torch_sum_f32(p, n, (int)lanes) / (float)n)); /* sum().div_(n) */
 }
 
-/* xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, the last one zero-padded (the xor
- * summary mode: encode.xor_hex's numpy reduction, without a numpy view, a padded copy and a ufunc per tensor) */
-static PyObject *
-fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* the XOR of the buffer's little-endian 64-bit words, the last one zero-padded */
+static uint64_t
+xor_bytes(const unsigned char *p, Py_ssize_t n)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "xor64(address, nbytes)");
-        return NULL;
-    }
-    const unsigned char *p = PyLong_AsVoidPtr(args[0]);
-    if (p == NULL && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    if (n < 0 || (p == NULL && n > 0)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "xor64: bad address or size");
-        return NULL;
-    }
     uint64_t acc[4] = {0, 0, 0, 0}, w;
     Py_ssize_t i = 0;
     for (; i + 32 <= n; i += 32)
@@ -458,7 +444,28 @@ fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     x = __builtin_bswap64(x);
 #endif
-    return PyLong_FromUnsignedLongLong(x);
+    return x;
+}
+
+/* xor64(address, nbytes) -> xor_bytes of the buffer (the xor summary mode: encode.xor_hex's numpy reduction, without
+ * a numpy view, a padded copy and a ufunc per tensor) */
+static PyObject *
+fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "xor64(address, nbytes)");
+        return NULL;
+    }
+    const unsigned char *p = PyLong_AsVoidPtr(args[0]);
+    if (p == NULL && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n < 0 || (p == NULL && n > 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "xor64: bad address or size");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(xor_bytes(p, n));
 }
 
 /* ---- entries: a recorded value's msprobe entries in one call (the PyTorch encoder's common case) ----
@@ -474,7 +481,7 @@ static struct {
     Py_ssize_t max_numel;
 } E;
 static PyObject *S_dtype, *S_layout, *S_is_cpu, *S_is_neg, *S_is_contiguous, *S_data_ptr, *S_numel, *S_shape,
-    *S_requires_grad, *S_stride, *K_type, *K_dtype, *K_shape, *K_max, *K_min, *K_mean, *K_norm, *K_requires_grad, *K_value,
+    *S_requires_grad, *S_stride, *K_md5, *K_type, *K_dtype, *K_shape, *K_max, *K_min, *K_mean, *K_norm, *K_requires_grad, *K_value,
     *K_device, *V_tensor, *V_float32, *V_bool, *V_int, *V_float, *V_str;
 #define NOT_MINE ((PyObject *)&E) /* a leaf encode.py must do: no exception set */
 
@@ -484,7 +491,7 @@ intern_names(void)
 #define I(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
     I(S_dtype, "dtype"); I(S_layout, "layout"); I(S_is_cpu, "is_cpu"); I(S_is_neg, "is_neg");
     I(S_is_contiguous, "is_contiguous"); I(S_data_ptr, "data_ptr"); I(S_numel, "numel"); I(S_shape, "shape");
-    I(S_requires_grad, "requires_grad"); I(S_stride, "stride"); I(K_type, "type"); I(K_dtype, "dtype"); I(K_shape, "shape");
+    I(S_requires_grad, "requires_grad"); I(S_stride, "stride"); I(K_md5, "md5"); I(K_type, "type"); I(K_dtype, "dtype"); I(K_shape, "shape");
     I(K_max, "Max"); I(K_min, "Min"); I(K_mean, "Mean"); I(K_norm, "Norm"); I(K_requires_grad, "requires_grad");
     I(K_value, "value"); I(K_device, "device"); I(V_tensor, "torch.Tensor"); I(V_float32, "torch.float32");
     I(V_bool, "bool"); I(V_int, "int"); I(V_float, "float"); I(V_str, "str");
@@ -574,13 +581,16 @@ permuted_dense(PyObject *t)
     return contiguous_in(size, stride, ix, nd);
 }
 
+enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2 }; /* the summary modes, as encode.py's _ENTRY_MODES */
+
 static PyObject *
-tensor_entry(PyObject *t)
+tensor_entry(PyObject *t, int mode)
 {
     if (!attr_is(t, S_dtype, 0, E.f32) || !attr_is(t, S_layout, 0, E.strided) || !attr_is(t, S_is_cpu, 0, Py_True)
         || !attr_is(t, S_is_neg, 1, Py_False))
         return NOT_MINE;
-    if (!attr_is(t, S_is_contiguous, 1, Py_True) && !permuted_dense(t))
+    /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
+    if (!attr_is(t, S_is_contiguous, 1, Py_True) && (mode != MODE_STATISTICS || !permuted_dense(t)))
         return NOT_MINE;
     PyObject *o = PyObject_CallMethodNoArgs(t, S_numel);
     if (o == NULL) {
@@ -613,37 +623,56 @@ tensor_entry(PyObject *t)
         PyErr_Clear();
         return NOT_MINE;
     }
-    double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0}, mean, norm;
-    if (PyTuple_GET_SIZE(size) == 0) { /* a 0-d tensor (a loss): its value is all four figures, as msprobe writes */
-        acc[0] = acc[1] = mean = norm = *p;
-    } else {
-        f32_pass(p, n, acc);
-        if (!isfinite(acc[2] + acc[3])) { /* NaN/Inf: torch's reductions, for their semantics */
-            Py_DECREF(size);
-            Py_DECREF(rg);
-            return NOT_MINE;
+    int scalar = PyTuple_GET_SIZE(size) == 0;
+    char hex[24];
+    PyObject *d = NOT_MINE;
+    if (mode == MODE_XOR) { /* {type, dtype, shape, md5, requires_grad}: a 0-d tensor's "md5" is its value */
+        PyObject *sum;
+        if (scalar) {
+            sum = PyFloat_FromDouble(*p);
+        } else {
+            snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)xor_bytes((const unsigned char *)p, 4 * n));
+            sum = PyUnicode_FromString(hex);
         }
-        mean = (double)(torch_sum_f32(p, n, E.lanes) / (float)n);
-        norm = sqrt(acc[3]);
+        PyObject *shape = PySequence_List(size);
+        PyObject *kv[10] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_md5, sum, K_requires_grad, rg};
+        d = dict_of(kv, 5);
+        Py_XDECREF(shape);
+        Py_XDECREF(sum);
+    } else if (!(scalar && mode == MODE_MD5)) { /* a 0-d tensor's md5 is encode.py's */
+        result_t r;
+        double mean, norm;
+        if (scalar) { /* a 0-d tensor (a loss): its value is all four figures, as msprobe writes */
+            r.mx = r.mn = mean = norm = *p;
+        } else {
+            run_job((const char *)p, n, 4, mode == MODE_MD5 ? JOB_STATS | JOB_CRC : JOB_STATS, &r);
+            mean = (double)(torch_sum_f32(p, n, E.lanes) / (float)n);
+            norm = sqrt(r.q);
+        }
+        if (scalar || isfinite(r.s + r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
+            snprintf(hex, sizeof hex, "%08lx", (unsigned long)r.crc);
+            PyObject *shape = PySequence_List(size);
+            PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyFloat_FromDouble(r.mx),
+                                K_min, PyFloat_FromDouble(r.mn), K_mean, PyFloat_FromDouble(mean),
+                                K_norm, PyFloat_FromDouble(norm), K_requires_grad, rg,
+                                K_md5, mode == MODE_MD5 ? PyUnicode_FromString(hex) : NULL};
+            d = dict_of(kv, mode == MODE_MD5 ? 9 : 8);
+            for (int i = 5; i < 14; i += 2)
+                Py_XDECREF(kv[i]);
+            Py_XDECREF(kv[17]);
+        }
     }
-    PyObject *shape = PySequence_List(size);
-    PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyFloat_FromDouble(acc[0]),
-                        K_min, PyFloat_FromDouble(acc[1]), K_mean, PyFloat_FromDouble(mean),
-                        K_norm, PyFloat_FromDouble(norm), K_requires_grad, rg};
-    PyObject *d = dict_of(kv, 8);
-    for (int i = 5; i < 14; i += 2)
-        Py_XDECREF(kv[i]);
     Py_DECREF(size);
     Py_DECREF(rg);
     return d;
 }
 
 static PyObject *
-leaf_entry(PyObject *v)
+leaf_entry(PyObject *v, int mode)
 {
     PyTypeObject *tp = Py_TYPE(v);  /* exact types: encode.py's isinstance tests differ for subclasses */
     if ((PyObject *)tp == E.tensor || (PyObject *)tp == E.param)
-        return tensor_entry(v);
+        return tensor_entry(v, mode);
     if (v == Py_None)
         Py_RETURN_NONE;
     PyObject *name = tp == &PyBool_Type ? V_bool : tp == &PyLong_Type ? V_int : tp == &PyFloat_Type ? V_float
@@ -656,27 +685,33 @@ leaf_entry(PyObject *v)
 
 /* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
 static PyObject *
-item_entry(PyObject *v, int mine, PyObject *key, PyObject *fallback, PyObject *pending, PyObject *value)
+item_entry(PyObject *v, int mode, int mine, PyObject *key, PyObject *fallback, PyObject *pending, PyObject *value)
 {
     Py_INCREF(v); /* torch's getters may run Python code (a mode's handler) that drops the container's hold */
-    PyObject *e = mine ? leaf_entry(v) : NOT_MINE;
+    PyObject *e = mine ? leaf_entry(v, mode) : NOT_MINE;
     if (e == NOT_MINE)
         e = PyObject_CallFunctionObjArgs(fallback, v, key, pending, value, NULL);
     Py_DECREF(v);
     return e;
 }
 
-/* entries(value, fallback, pending) -> the encoded list, tuple or dict, or NotImplemented for another value or a
+/* entries(value, fallback, pending, mode) -> the encoded list, tuple or dict, or NotImplemented for another value or a
  * dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback, encode.py's, with
  * their index or key, pending and value: the same call it would make for them. */
 static PyObject *
 fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending, mode)");
         return NULL;
     }
     PyObject *value = args[0], *fallback = args[1], *pending = args[2], *out, *e, *key;
+    long mode = PyLong_AsLong(args[3]);
+    if (mode < MODE_STATISTICS || mode > MODE_XOR) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5) or 2 (xor)");
+        return NULL;
+    }
     if (E.tensor == NULL)
         Py_RETURN_NOTIMPLEMENTED;
     if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
@@ -687,7 +722,7 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(out);
                 return NULL;
             }
-            e = item_entry(PySequence_Fast_GET_ITEM(value, i), 1, key, fallback, pending, value);
+            e = item_entry(PySequence_Fast_GET_ITEM(value, i), (int)mode, 1, key, fallback, pending, value);
             Py_DECREF(key);
             if (e == NULL || PyList_Append(out, e) < 0) {
                 Py_XDECREF(e);
@@ -713,7 +748,7 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *kv = PyList_GET_ITEM(items, i);
             k = PyTuple_GET_ITEM(kv, 0);
             /* a "device" key's int or str is a torch.device entry: encode.py's */
-            e = item_entry(PyTuple_GET_ITEM(kv, 1), PyUnicode_Compare(k, K_device) != 0, k, fallback, pending, value);
+            e = item_entry(PyTuple_GET_ITEM(kv, 1), (int)mode, PyUnicode_Compare(k, K_device) != 0, k, fallback, pending, value);
             if (e == NULL || PyDict_SetItem(out, k, e) < 0) {
                 Py_XDECREF(e);
                 Py_DECREF(out);
@@ -763,8 +798,9 @@ static PyMethodDef methods[] = {
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
     {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,
-     "entries(value, fallback, pending) -> msprobe's entries of a list, tuple or dict, its small CPU float32 "
-     "tensors and scalars encoded here, the rest by fallback; NotImplemented for another value"},
+     "entries(value, fallback, pending, mode) -> msprobe's entries of a list, tuple or dict in summary mode 0 "
+     "(statistics), 1 (md5) or 2 (xor), its small CPU float32 tensors and scalars encoded here, the rest by "
+     "fallback; NotImplemented for another value"},
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,

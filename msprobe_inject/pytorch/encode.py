@@ -522,6 +522,7 @@ def use_fast_entries() -> bool:
 
 
 _entries_on: Optional[bool] = None
+_ENTRY_MODES = {"statistics": 0, "md5": 1, "xor": 2}  # _fastats.entries' modes
 _COPY_UPTO = 1 << 20  # elements: a 4 MiB copy at most
 
 
@@ -738,8 +739,9 @@ class Encoder(entries.EncoderBase):
         self._devices = False  # a device float tensor was seen: values end with their norms batched
         self.use_cache = cfg.stat_cache
         # the common value (small CPU float32 tensors and scalars) in one C call; its entries are _enc's
-        self._entries = _fast_entries if self.summary == "statistics" and not (self.structure or self.high) \
+        self._entries = _fast_entries if self.summary in _ENTRY_MODES and not (self.structure or self.high) \
             and use_fast_entries() else None
+        self._entry_mode = _ENTRY_MODES.get(self.summary, 0)
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
@@ -749,7 +751,7 @@ class Encoder(entries.EncoderBase):
             return tv()
         if self._entries is not None and file_prefix is None and not keys:
             start = len(pending)
-            got = self._entries(value, self._item, pending)
+            got = self._entries(value, self._item, pending, self._entry_mode)
             if got is not NotImplemented:
                 if self._devices and len(pending) > start:
                     self._finish(pending, start)

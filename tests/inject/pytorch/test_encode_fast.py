@@ -118,9 +118,10 @@ def _value(rng: random.Random):
     return {3: _leaf(rng)} if n else _leaf(rng)  # a non-str key; a bare leaf
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_the_c_entries_are_the_python_encoders_bit_for_bit(seed):
-    enc = _encoder()
+@pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_c_entries_are_the_python_encoders_bit_for_bit(seed, summary):
+    enc = _encoder(summary_mode=summary)
     rng = random.Random(seed)
     for i in range(300):
         value = _value(rng)
@@ -131,22 +132,30 @@ def test_the_c_path_encodes_the_common_values_itself():
     # the comparison above would hold vacuously if every value went to the Python encoder
     t = torch.randn(4, 4)
     calls = []
-    got = encode._fast_entries([t, 0.5, None, torch.tensor(2.0), t.t()], lambda *a: calls.append(a), [])
+    got = encode._fast_entries([t, 0.5, None, torch.tensor(2.0), t.t()], lambda *a: calls.append(a), [], 0)
     assert calls == [] and [e["type"] if e else None for e in got] == ["torch.Tensor", "float", None,
                                                                       "torch.Tensor", "torch.Tensor"]
     assert got[0]["Mean"] == t.mean().item() and got[0]["Max"] == t.max().item()
     assert got[3] == {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [], "Max": 2.0, "Min": 2.0,
                       "Mean": 2.0, "Norm": 2.0, "requires_grad": False}
     broadcast = torch.tensor(1.0).expand(3, 3)
-    got = encode._fast_entries({"a": broadcast, "device": 0}, lambda v, k, p, top: ("fallback", k), [])
+    got = encode._fast_entries({"a": broadcast, "device": 0}, lambda v, k, p, top: ("fallback", k), [], 0)
     assert got == {"a": ("fallback", "a"), "device": ("fallback", "device")}
 
 
-def test_only_statistics_of_plain_summaries_take_the_c_path():
-    assert _encoder()._entries is not None
-    for settings in ({"summary_mode": "md5"}, {"summary_mode": "xor"}, {"task": "structure"},
-                     {"precision": "high"}):
+def test_the_structure_task_and_high_precision_keep_the_python_encoder():
+    for mode in ("statistics", "md5", "xor"):
+        assert _encoder(summary_mode=mode)._entries is not None
+    for settings in ({"task": "structure"}, {"precision": "high"}):
         assert _encoder(**settings)._entries is None, settings
+
+
+def test_the_checksum_modes_read_only_contiguous_tensors_in_c():
+    t = torch.randn(3, 5)
+    crc = encode._fast_entries([t], None, [], 1)[0]["md5"]
+    assert crc == encode.crc32_hex(t) and encode._fast_entries([t], None, [], 2)[0]["md5"] == encode.xor_hex(t)
+    for mode in (1, 2):  # a transpose's bytes in its own order are not those at its address
+        assert encode._fast_entries([t.t()], lambda *a: "python", [], mode) == ["python"]
 
 
 def test_under_a_users_torch_function_mode_the_entries_stay_the_same():
