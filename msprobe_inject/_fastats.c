@@ -586,13 +586,7 @@ enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2 }; /* the summary modes, 
 static PyObject *
 tensor_entry(PyObject *t, int mode)
 {
-    if (!attr_is(t, S_dtype, 0, E.f32) || !attr_is(t, S_layout, 0, E.strided) || !attr_is(t, S_is_cpu, 0, Py_True)
-        || !attr_is(t, S_is_neg, 1, Py_False))
-        return NOT_MINE;
-    /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
-    if (!attr_is(t, S_is_contiguous, 1, Py_True) && (mode != MODE_STATISTICS || !permuted_dense(t)))
-        return NOT_MINE;
-    PyObject *o = PyObject_CallMethodNoArgs(t, S_numel);
+    PyObject *o = PyObject_CallMethodNoArgs(t, S_numel); /* first: a large tensor is encode.py's at once */
     if (o == NULL) {
         PyErr_Clear();
         return NOT_MINE;
@@ -603,6 +597,12 @@ tensor_entry(PyObject *t, int mode)
         PyErr_Clear();
         return NOT_MINE;
     }
+    if (!attr_is(t, S_dtype, 0, E.f32) || !attr_is(t, S_layout, 0, E.strided) || !attr_is(t, S_is_cpu, 0, Py_True)
+        || !attr_is(t, S_is_neg, 1, Py_False))
+        return NOT_MINE;
+    /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
+    if (!attr_is(t, S_is_contiguous, 1, Py_True) && (mode != MODE_STATISTICS || !permuted_dense(t)))
+        return NOT_MINE;
     o = PyObject_CallMethodNoArgs(t, S_data_ptr);
     const float *p = o == NULL ? NULL : PyLong_AsVoidPtr(o);
     Py_XDECREF(o);
