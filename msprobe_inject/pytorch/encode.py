@@ -751,10 +751,12 @@ class Encoder(entries.EncoderBase):
             return tv()
         if self._entries is not None and file_prefix is None and not keys:
             start = len(pending)
-            got = self._entries(value, self._item, pending, self._entry_mode)
-            if got is not NotImplemented:
+            try:
+                got = self._entries(value, self._item, pending, self._entry_mode)
+            finally:  # as below: the device items the fallback queued get their norms, outside autograd
                 if self._devices and len(pending) > start:
-                    self._finish(pending, start)
+                    self._finish_quiet(pending, start)
+            if got is not NotImplemented:
                 return got
         prev = torch.is_grad_enabled()
         if prev:
@@ -797,6 +799,14 @@ class Encoder(entries.EncoderBase):
         finally:
             if prev:
                 torch._C._set_grad_enabled(True)
+
+    def _finish_quiet(self, pending: list, start: int) -> None:
+        prev = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            self._finish(pending, start)
+        finally:
+            torch._C._set_grad_enabled(prev)
 
     @staticmethod
     def _finish(pending: list, start: int) -> None:

@@ -207,3 +207,27 @@ def test_an_expanded_tensors_statistics_are_those_of_its_own_reduction():
         assert 0 < len(encode._CONSTANTS) <= 256
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_device_norms_the_fallback_queues_are_taken_outside_autograd(monkeypatch):
+    # a device float tensor's norm is computed when its value is encoded (_finish_norms): as on the Python path,
+    # with grad mode off, whichever path encoded the value and whether or not the fallback raised
+    seen = []
+    monkeypatch.setattr(encode, "_finish_norms", lambda due: seen.append(torch.is_grad_enabled()))
+    real = encode.stat_of
+
+    def device_like(t, high):  # float64 stands in for a device tensor: the C path hands it to the fallback
+        if t.dtype is torch.float64:
+            return [t.max(), t.min(), t.mean(), None, t], "f"
+        return real(t, high)
+
+    monkeypatch.setattr(encode, "stat_of", device_like)
+    for fast in (True, False):
+        enc = _encoder()
+        enc._devices = True
+        if not fast:
+            enc._entries = None
+        assert torch.is_grad_enabled()
+        enc.encode([torch.randn(3), torch.randn(3, dtype=torch.float64, requires_grad=True)], Pending(), None)
+        assert torch.is_grad_enabled()
+    assert seen == [False, False]
