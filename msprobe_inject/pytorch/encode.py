@@ -615,15 +615,15 @@ def stat_of(t: torch.Tensor, high_precision: bool):
         return (t.any(), t.all()), "b"
     if t.dim() == 0:
         return (t.clone(),), "s"
-    if dt is torch.float32 and not high_precision and _fast_f32 is not None and t.is_cpu and not any(t.stride()):
-        got = _constant_f32(t)
-        if got is not None:
-            return got
     t = _dense(t)
     cpu = t.is_cpu
     if cpu and dt is torch.float32 and not high_precision and _fast_f32 is not None:
         if t.is_contiguous():  # a permuted view made dense
             return _f32_cpu_stats(t)
+        if not any(t.stride()):  # _dense leaves a broadcast as it is
+            got = _constant_f32(t)
+            if got is not None:
+                return got
         if t.numel() <= _COPY_UPTO:
             got = _f32_strided(t)
             if got is not None:
@@ -753,9 +753,9 @@ class Encoder(entries.EncoderBase):
             start = len(pending)
             try:
                 got = self._entries(value, self._item, pending, self._entry_mode)
-            finally:  # as below: the device items the fallback queued get their norms, outside autograd
+            finally:  # as below: the device items the fallback queued get their norms, also if it raised
                 if self._devices and len(pending) > start:
-                    self._finish_quiet(pending, start)
+                    self._finish(pending, start)
             if got is not NotImplemented:
                 return got
         prev = torch.is_grad_enabled()
@@ -799,14 +799,6 @@ class Encoder(entries.EncoderBase):
         finally:
             if prev:
                 torch._C._set_grad_enabled(True)
-
-    def _finish_quiet(self, pending: list, start: int) -> None:
-        prev = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            self._finish(pending, start)
-        finally:
-            torch._C._set_grad_enabled(prev)
 
     @staticmethod
     def _finish(pending: list, start: int) -> None:

@@ -209,11 +209,9 @@ def test_an_expanded_tensors_statistics_are_those_of_its_own_reduction():
         torch.set_num_threads(before)
 
 
-def test_the_device_norms_the_fallback_queues_are_taken_outside_autograd(monkeypatch):
-    # a device float tensor's norm is computed when its value is encoded (_finish_norms): as on the Python path,
-    # with grad mode off, whichever path encoded the value and whether or not the fallback raised
-    seen = []
-    monkeypatch.setattr(encode, "_finish_norms", lambda due: seen.append(torch.is_grad_enabled()))
+def test_the_device_norms_the_fallback_queues_are_taken_outside_autograd_even_when_it_raises(monkeypatch):
+    # a device float tensor's norm is computed when its value is encoded (_finish_norms), outside autograd, whichever
+    # path encoded the value, and also when encoding an item after it raised
     real = encode.stat_of
 
     def device_like(t, high):  # float64 stands in for a device tensor: the C path hands it to the fallback
@@ -221,13 +219,26 @@ def test_the_device_norms_the_fallback_queues_are_taken_outside_autograd(monkeyp
             return [t.max(), t.min(), t.mean(), None, t], "f"
         return real(t, high)
 
+    class Broken(tuple):  # a namedtuple-like container whose fields cannot be read
+        _fields = ("a",)
+
+        def __getattr__(self, name):
+            raise RuntimeError("unreadable")
+
     monkeypatch.setattr(encode, "stat_of", device_like)
     for fast in (True, False):
-        enc = _encoder()
-        enc._devices = True
-        if not fast:
-            enc._entries = None
-        assert torch.is_grad_enabled()
-        enc.encode([torch.randn(3), torch.randn(3, dtype=torch.float64, requires_grad=True)], Pending(), None)
-        assert torch.is_grad_enabled()
-    assert seen == [False, False]
+        for tail in ([], [Broken((1,))]):
+            enc = _encoder()
+            enc._devices = True
+            if not fast:
+                enc._entries = None
+            pending = Pending()
+            value = [torch.randn(3), torch.randn(3, dtype=torch.float64, requires_grad=True), *tail]
+            try:
+                enc.encode(value, pending, None)
+            except RuntimeError:
+                assert tail
+            figures = [item[1] for item in pending if type(item[1]) is list]
+            assert len(figures) == 1 and len(figures[0]) == 4, (fast, tail)  # the norm taken, the tensor let go
+            assert figures[0][3] is not None and not figures[0][3].requires_grad, (fast, tail)
+            assert torch.is_grad_enabled()
