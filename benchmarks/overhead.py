@@ -209,30 +209,40 @@ def main() -> None:
         names = [m for n in names for m in ([n, n + BASE_SUFFIX] if CONFIGS[n][0] in ("ours", "zero-code", "loaded")
                                            else [n])]
     samples: dict = {n: [] for n in names}
+    per_round: dict = {n: [] for n in names}  # each round's median: the machine's speed drifts between rounds
     tmp = tempfile.mkdtemp(prefix="msprobe_bench_")
     try:
         for r in range(a.rounds):
-            for n in names:
-                samples[n].extend(run_one(n, a.steps, a.warmup, tmp, a.baseline))
+            order = names
+            if r % 2:  # a configuration and its @base swap places every other round, so that drift within a
+                order = [m for n in names if not n.endswith(BASE_SUFFIX)  # round favours neither
+                         for m in ([n + BASE_SUFFIX, n] if n + BASE_SUFFIX in samples else [n])]
+            for n in order:
+                got = run_one(n, a.steps, a.warmup, tmp, a.baseline)
+                samples[n].extend(got)
+                per_round[n].append(statistics.median(got))
                 if CONFIGS[n.replace(BASE_SUFFIX, "")][1].get("task") == "tensor":
                     # discarded: the process after a tensor run was measured 10-20 % slow (no tool as
                     # much as ours) even after a sync; a throwaway run absorbs it
                     run_one("none", a.steps, a.warmup, tmp)
-                print(f"round {r + 1}/{a.rounds} {n}: median {statistics.median(samples[n]) * 1000:.1f} ms",
+                print(f"round {r + 1}/{a.rounds} {n}: median {per_round[n][-1] * 1000:.1f} ms",
                       file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = statistics.median(samples["none"])
     result = {"step_ms_none": base * 1000, "configs": {}}
-    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}{'vs @base':>10}")
+    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}{'vs @base':>10}"
+          "  vs @base per round")
     for n in names:
         med = statistics.median(samples[n])
         ratio = med / base
         entry = {"median_ms": med * 1000, "ratio": ratio, "n": len(samples[n])}
         rel = ""
         pair = PAIRS.get(n)
+        entry["round_medians_ms"] = [x * 1000 for x in per_round[n]]
         if n + BASE_SUFFIX in samples:
             entry["vs_base"] = med / statistics.median(samples[n + BASE_SUFFIX])
+            entry["vs_base_per_round"] = [x / y for x, y in zip(per_round[n], per_round[n + BASE_SUFFIX])]
         if pair in samples:
             theirs = statistics.median(samples[pair]) / base
             if theirs > 1:
@@ -240,7 +250,8 @@ def main() -> None:
                 rel = f"{entry['overhead_vs_msprobe']:.2f}"
         result["configs"][n] = entry
         vs = f"{entry['vs_base']:.3f}" if "vs_base" in entry else ""
-        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}{vs:>10}")
+        rounds = ", ".join(f"{x:.3f}" for x in entry.get("vs_base_per_round", ()))
+        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}{vs:>10}  {rounds}".rstrip())
     bw_out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "bandwidth"], capture_output=True,
                             text=True, timeout=600).stdout
     bw = float(bw_out.split()[-1])

@@ -319,6 +319,7 @@ fastats_set_crc(PyObject *self, PyObject *arg)
 #define TS_MAXL 16
 #define TS_LEVELS 4
 #define TS_ROWS 4
+#define TS_LANES_OK(l) ((l) == 4 || (l) == 8 || (l) == 16) /* the widths ts_feed is compiled for */
 
 static void
 ts_add(float *a, const float *b, int L)
@@ -342,60 +343,273 @@ ts_ceil_log2(int64_t x)
     return r;
 }
 
-/* the row sum of `size` elements of L lanes each (element i at x + i * L) into out[0:L] */
-static void
-ts_row_sum(const float *x, int64_t size, int L, float *out)
-{
+/* ATen's row sum of `size` elements of L lanes each (element i at x + i * L), fed in order in pieces so that
+ * another pass can read the same memory just before (ts_feed), then finished (ts_finish) */
+typedef struct {
+    const float *x;
+    int64_t size, rows, i, power, step, mask;
+    int L;
     float acc[TS_LEVELS][TS_ROWS][TS_MAXL];
-    memset(acc, 0, sizeof acc);
-    const int64_t rows = size / TS_ROWS;
-    int64_t power = ts_ceil_log2(rows) / TS_LEVELS;
-    if (power < 4)
-        power = 4;
-    const int64_t step = (int64_t)1 << power, mask = step - 1;
-    int64_t i = 0;
-    while (i + step <= rows) {
-        for (int64_t j = 0; j < step; ++j, ++i)
-            for (int k = 0; k < TS_ROWS; k++)
-                ts_add(acc[0][k], x + (i * TS_ROWS + k) * L, L);
-        for (int j = 1; j < TS_LEVELS; j++) {
-            for (int k = 0; k < TS_ROWS; k++) {
-                ts_add(acc[j][k], acc[j - 1][k], L);
-                memset(acc[j - 1][k], 0, sizeof acc[j - 1][k]);
-            }
-            if ((i & (mask << (j * power))) != 0)
-                break;
-        }
-    }
-    for (; i < rows; ++i)
-        for (int k = 0; k < TS_ROWS; k++)
-            ts_add(acc[0][k], x + (i * TS_ROWS + k) * L, L);
+} ts_rows_t;
+
+static void
+ts_init(ts_rows_t *st, const float *x, int64_t size, int L)
+{
+    memset(st->acc, 0, sizeof st->acc);
+    st->x = x, st->size = size, st->L = L, st->i = 0;
+    st->rows = size / TS_ROWS;
+    st->power = ts_ceil_log2(st->rows) / TS_LEVELS;
+    if (st->power < 4)
+        st->power = 4;
+    st->step = (int64_t)1 << st->power, st->mask = st->step - 1;
+}
+
+/* the rows that lie wholly in elements [0, upto) (of L lanes each): level 0 is held in four vectors of L floats,
+ * named so that they stay in registers (st->acc could alias the rows, and an array of them is kept in memory);
+ * the additions are torch's, lane by lane */
+typedef float ts_v4 __attribute__((vector_size(16)));
+typedef float ts_v8 __attribute__((vector_size(32)));
+typedef float ts_v16 __attribute__((vector_size(64)));
+
+#define TS_FLUSH(k, ak, L)                                                                              \
+    do {                                                                                                \
+        float t_[L];                                                                                    \
+        memcpy(t_, &(ak), sizeof t_);                                                                   \
+        ts_add(st->acc[1][k], t_, (L));                                                                 \
+        ak = zero;                                                                                      \
+    } while (0)
+
+#define TS_FEED_BODY(L, VT)                                                                             \
+    do {                                                                                                \
+        const VT zero = {0};                                                                            \
+        VT a0, a1, a2, a3;                                                                              \
+        memcpy(&a0, st->acc[0][0], sizeof a0);                                                          \
+        memcpy(&a1, st->acc[0][1], sizeof a1);                                                          \
+        memcpy(&a2, st->acc[0][2], sizeof a2);                                                          \
+        memcpy(&a3, st->acc[0][3], sizeof a3);                                                          \
+        int64_t i = st->i;                                                                              \
+        const float *row = st->x + i * TS_ROWS * (L);                                                   \
+        while (i < end) {                                                                               \
+            VT r0, r1, r2, r3;                                                                          \
+            memcpy(&r0, row, sizeof r0);                                                                \
+            memcpy(&r1, row + (L), sizeof r1);                                                          \
+            memcpy(&r2, row + 2 * (L), sizeof r2);                                                      \
+            memcpy(&r3, row + 3 * (L), sizeof r3);                                                      \
+            a0 += r0, a1 += r1, a2 += r2, a3 += r3;                                                     \
+            row += TS_ROWS * (L);                                                                       \
+            i++;                                                                                        \
+            if ((i & st->mask) == 0 && i <= carried) {                                                  \
+                TS_FLUSH(0, a0, L);                                                                     \
+                TS_FLUSH(1, a1, L);                                                                     \
+                TS_FLUSH(2, a2, L);                                                                     \
+                TS_FLUSH(3, a3, L);                                                                     \
+                for (int j = 2; j < TS_LEVELS && (i & (st->mask << ((j - 1) * st->power))) == 0; j++)   \
+                    for (int k = 0; k < TS_ROWS; k++) {                                                 \
+                        ts_add(st->acc[j][k], st->acc[j - 1][k], (L));                                  \
+                        memset(st->acc[j - 1][k], 0, sizeof st->acc[j - 1][k]);                         \
+                    }                                                                                   \
+            }                                                                                           \
+        }                                                                                               \
+        memcpy(st->acc[0][0], &a0, sizeof a0);                                                          \
+        memcpy(st->acc[0][1], &a1, sizeof a1);                                                          \
+        memcpy(st->acc[0][2], &a2, sizeof a2);                                                          \
+        memcpy(st->acc[0][3], &a3, sizeof a3);                                                          \
+        st->i = i;                                                                                      \
+    } while (0)
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void
+ts_feed(ts_rows_t *st, int64_t upto)
+{
+    int64_t end = upto / TS_ROWS;
+    if (end > st->rows)
+        end = st->rows;
+    /* rows of whole level chunks carry up after each chunk; the rows after the last whole chunk do not */
+    const int64_t carried = st->rows - st->rows % st->step;
+    if (st->L == 8)
+        TS_FEED_BODY(8, ts_v8);
+    else if (st->L == 16)
+        TS_FEED_BODY(16, ts_v16);
+    else if (st->L == 4)
+        TS_FEED_BODY(4, ts_v4);
+    else if (st->L == 1)
+        TS_FEED_BODY(1, float);
+}
+
+static void
+ts_finish(ts_rows_t *st, float *out)
+{
+    const int L = st->L;
+    ts_feed(st, st->rows * TS_ROWS);
     for (int j = 1; j < TS_LEVELS; j++)
         for (int k = 0; k < TS_ROWS; k++)
-            ts_add(acc[0][k], acc[j][k], L);
-    for (int64_t m = rows * TS_ROWS; m < size; ++m)
-        ts_add(acc[0][0], x + m * L, L);
+            ts_add(st->acc[0][k], st->acc[j][k], L);
+    for (int64_t m = st->rows * TS_ROWS; m < st->size; ++m)
+        ts_add(st->acc[0][0], st->x + m * L, L);
     for (int k = 1; k < TS_ROWS; k++)
-        ts_add(acc[0][0], acc[0][k], L);
-    memcpy(out, acc[0][0], sizeof(float) * L);
+        ts_add(st->acc[0][0], st->acc[0][k], L);
+    memcpy(out, st->acc[0][0], sizeof(float) * L);
+}
+
+/* ATen's sum of one contiguous run x[0:n] (one thread's share), fed by element count like ts_feed */
+typedef struct {
+    const float *x;
+    int64_t n;
+    int lanes, vec;
+    ts_rows_t rows;
+} ts_run_t;
+
+static void
+ts_run_init(ts_run_t *r, const float *x, int64_t n, int lanes)
+{
+    r->x = x, r->n = n, r->lanes = lanes, r->vec = n >= lanes;
+    if (r->vec)
+        ts_init(&r->rows, x, n / lanes, lanes);
+    else
+        ts_init(&r->rows, x, n, 1);
+}
+
+static void
+ts_run_feed(ts_run_t *r, int64_t upto)
+{
+    ts_feed(&r->rows, r->vec ? upto / r->lanes : upto);
+}
+
+static float
+ts_run_finish(ts_run_t *r)
+{
+    float lane[TS_MAXL], total = 0.0f;
+    ts_finish(&r->rows, lane);
+    if (!r->vec)
+        return 0.0f + lane[0];
+    for (int64_t k = r->rows.size * r->lanes; k < r->n; ++k)
+        total += r->x[k];
+    for (int l = 0; l < r->lanes; l++)
+        total += lane[l];
+    return 0.0f + total; /* accumulated onto the zero-filled output */
 }
 
 static float
 torch_sum_f32(const float *x, int64_t n, int lanes)
 {
-    float lane[TS_MAXL], total = 0.0f;
-    if (n >= lanes) {
-        const int64_t vecs = n / lanes;
-        ts_row_sum(x, vecs, lanes, lane);
-        for (int64_t k = vecs * lanes; k < n; ++k)
-            total += x[k];
-        for (int l = 0; l < lanes; l++)
-            total += lane[l];
-    } else {
-        ts_row_sum(x, n, 1, lane);
-        total = lane[0];
+    ts_run_t r;
+    ts_run_init(&r, x, n, lanes);
+    return ts_run_finish(&r);
+}
+
+/* From the grain up, with more than one thread, ATen splits a whole-tensor sum (two_pass_reduction): the range
+ * is cut into min(threads, ceil(n / grain)) runs of ceil(n / runs) elements, each summed as above into its
+ * thread's zeroed slot of a buffer of `threads` floats, and the buffer summed the same way. */
+#define TS_GRAIN 32768
+#define TS_MAXTHREADS 256
+
+typedef struct {
+    const float *x;
+    int64_t n, chunk;
+    int lanes, threads, runs, cur;
+    float part[TS_MAXTHREADS];
+    ts_run_t run;
+} ts_sum_t;
+
+static void
+ts_sum_init(ts_sum_t *s, const float *x, int64_t n, int lanes, int threads)
+{
+    s->x = x, s->n = n, s->lanes = lanes, s->threads = threads, s->cur = 0;
+    int64_t runs = 1;
+    if (n >= TS_GRAIN && threads > 1) {
+        runs = (n + TS_GRAIN - 1) / TS_GRAIN;
+        if (runs > threads)
+            runs = threads;
     }
-    return 0.0f + total; /* accumulated onto the zero-filled output */
+    s->runs = (int)runs;
+    s->chunk = (n + runs - 1) / runs;
+    memset(s->part, 0, sizeof s->part);
+    ts_run_init(&s->run, x, s->chunk < n ? s->chunk : n, lanes);
+}
+
+/* elements [0, upto) have been read by the caller: sum the runs' rows inside them */
+static void
+ts_sum_feed(ts_sum_t *s, int64_t upto)
+{
+    for (;;) {
+        const int64_t begin = s->cur * s->chunk;
+        const int64_t end = begin + s->run.n;
+        ts_run_feed(&s->run, (upto < end ? upto : end) - begin);
+        if (upto < end || s->cur + 1 >= s->runs)
+            return;
+        s->part[s->cur] = ts_run_finish(&s->run);
+        s->cur++;
+        const int64_t next = s->cur * s->chunk;
+        ts_run_init(&s->run, s->x + next, (s->n - next < s->chunk ? s->n - next : s->chunk), s->lanes);
+    }
+}
+
+static float
+ts_sum_finish(ts_sum_t *s)
+{
+    s->part[s->cur] = ts_run_finish(&s->run);
+    if (s->n < TS_GRAIN || s->threads <= 1)
+        return s->part[0];
+    return torch_sum_f32(s->part, s->threads, s->lanes); /* even one run: its slot plus zeros, -0.0 becomes 0.0 */
+}
+
+/* f32_pass and torch's sum in one read, and the CRC too if asked: each piece of SUB elements is summed torch's
+ * way (and hashed) right after the kernel read it, from L1. The kernel's figures are those of f32_pass over the
+ * whole buffer (it continues over whole blocks), the CRC that of the bytes in order, the mean torch.mean's bits. */
+static void
+run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, result_t *r, float *mean)
+{
+    double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0};
+    ts_sum_t s;
+    r->crc = 0;
+    ts_sum_init(&s, x, n, lanes, threads);
+    for (Py_ssize_t i = 0; i < n; i += SUB) {
+        Py_ssize_t m = n - i < SUB ? n - i : SUB;
+        f32_pass(x + i, m, acc);
+        ts_sum_feed(&s, i + m);
+        if (crc)
+            r->crc = crc_update(r->crc, (const unsigned char *)(x + i), (size_t)m * 4);
+    }
+    *mean = ts_sum_finish(&s) / (float)n; /* sum().div_(n) */
+    r->mx = acc[0], r->mn = acc[1], r->s = acc[2], r->q = acc[3];
+}
+
+/* f32_mean(address, count, lanes, threads[, crc]) -> f32's four values and torch.mean of the buffer, as torch
+ * computes it with `threads` intra-op threads and float vectors of `lanes`; with crc true, f32_crc's CRC-32 last */
+static PyObject *
+fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "f32_mean(address, count, lanes, threads[, crc])");
+        return NULL;
+    }
+    const float *p = PyLong_AsVoidPtr(args[0]);
+    if (p == NULL && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    long lanes = PyLong_AsLong(args[2]);
+    long threads = PyLong_AsLong(args[3]);
+    int crc = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    if (PyErr_Occurred())
+        return NULL;
+    if (n < 1 || p == NULL || !TS_LANES_OK(lanes) || threads < 1 || threads > TS_MAXTHREADS) {
+        PyErr_SetString(PyExc_ValueError, "f32_mean: bad address, count, lanes or threads");
+        return NULL;
+    }
+    result_t r;
+    float mean;
+    if (n >= NOGIL_FROM) {
+        Py_BEGIN_ALLOW_THREADS
+        run_stats_mean(p, n, (int)lanes, (int)threads, crc, &r, &mean);
+        Py_END_ALLOW_THREADS
+    } else {
+        run_stats_mean(p, n, (int)lanes, (int)threads, crc, &r, &mean);
+    }
+    if (crc)
+        return Py_BuildValue("(dddddk)", r.mx, r.mn, r.s, r.q, (double)mean, (unsigned long)r.crc);
+    return Py_BuildValue("(ddddd)", r.mx, r.mn, r.s, r.q, (double)mean);
 }
 
 /* tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer, as a float (see above) */
@@ -413,7 +627,7 @@ fastats_tmean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long lanes = PyLong_AsLong(args[2]);
     if (PyErr_Occurred())
         return NULL;
-    if (n < 1 || p == NULL || lanes < 1 || lanes > TS_MAXL) {
+    if (n < 1 || p == NULL || !TS_LANES_OK(lanes)) {
         PyErr_SetString(PyExc_ValueError, "tmean: bad address, count or lanes");
         return NULL;
     }
@@ -773,7 +987,7 @@ fastats_entries_setup(PyObject *self, PyObject *args)
     Py_ssize_t max_numel = 0;
     if (!PyArg_ParseTuple(args, "|OOOOin", &tensor, &param, &f32, &strided, &lanes, &max_numel))
         return NULL;
-    if (tensor != NULL && (lanes < 1 || lanes > TS_MAXL || max_numel < 1 || !PyType_Check(tensor)
+    if (tensor != NULL && (!TS_LANES_OK(lanes) || max_numel < 1 || !PyType_Check(tensor)
                            || !PyType_Check(param))) {
         PyErr_SetString(PyExc_ValueError, "entries_setup: bad types, lanes or size");
         return NULL;
@@ -795,6 +1009,9 @@ static PyMethodDef methods[] = {
      "f32_crc(address, count) -> f32's four values and the buffer's CRC-32 (zlib.crc32)"},
     {"tmean", (PyCFunction)(void (*)(void))fastats_tmean, METH_FASTCALL,
      "tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer (its CPU kernel's order)"},
+    {"f32_mean", (PyCFunction)(void (*)(void))fastats_f32_mean, METH_FASTCALL,
+     "f32_mean(address, count, lanes, threads[, crc]) -> f32's four values and torch.mean (its CPU kernel's order, "
+     "split over threads as torch splits it), and with crc true the buffer's CRC-32"},
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
     {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,

@@ -50,6 +50,10 @@ try:  # the one-pass statistics kernel, built with the package where a C compile
     from .._fastats import xor64 as _fast_xor
 except ImportError:  # pragma: no cover - torch reduces instead
     _fast_f32 = _fast_f32_crc = _fast_crc = _tmean = _fast_xor = None
+try:  # the kernel's figures and torch's mean in one read (a kernel built before it lacks the function)
+    from .._fastats import f32_mean as _fast_f32_mean
+except ImportError:  # pragma: no cover - the kernel, then torch.mean
+    _fast_f32_mean = None
 try:  # a whole value's entries in one call (a kernel built before it lacks the function)
     from .._fastats import entries as _fast_entries
     from .._fastats import entries_setup as _fast_entries_setup
@@ -429,32 +433,38 @@ def _owner(t: torch.Tensor):
 
 def _f32_cpu_stats(t: torch.Tensor):
     """Max, min, mean and norm of a contiguous CPU float32 tensor: (stat, kind) as stat_of."""
-    stat, kind, _ = _f32_kernel(t, _fast_f32)
+    stat, kind, _ = _f32_kernel(t, False)
     return stat, kind
 
 
-def _f32_kernel(t: torch.Tensor, fast):
-    """(stat, kind, crc hex or None) of a contiguous CPU float32 tensor through the kernel function fast
-    (f32, or f32_crc for the md5 mode).
+def _f32_kernel(t: torch.Tensor, crc: bool):
+    """(stat, kind, crc hex or None) of a contiguous CPU float32 tensor, with its CRC-32 for the md5 mode.
 
     The C kernel reads max, min and the sum of squares in one pass, carried in double (the norm is
-    closer to the float64 value than torch's); the mean as _mean says. Without the kernel,
+    closer to the float64 value than torch's). Where use_torch_mean found it exact, the same read gives
+    torch.mean's bits (_fastats.f32_mean: torch's additions, split over torch's threads as its sum splits
+    them) and the CRC; otherwise the mean as _mean says. Without the kernel,
     or with NaN/Inf in the tensor (torch's semantics for those), torch reduces: a BLAS dot beats
     torch's whole-tensor vector_norm (a scalar loop on CPU), the mean is torch.mean, and the kind is the
     element count. A NaN/Inf tensor's CRC from the kernel stands.
     """
     n = t.numel()
     # subclasses may own no storage; a negative view (torch._neg_view) stores the values negated
-    if fast is not None and (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
+    if _fast_f32 is not None and (type(t) is _TENSOR or type(t) is _PARAM) and not t.is_neg():
+        mean = None
         try:
-            r = fast(t.data_ptr(), n)
-        except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor)
+            if _mean_fused:
+                r = _fast_f32_mean(t.data_ptr(), n, _tmean_lanes, _num_threads() if n >= _TMEAN_BELOW else 1, crc)
+                mean = r[4]
+            else:
+                r = (_fast_f32_crc if crc else _fast_f32)(t.data_ptr(), n)
+        except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor), or 256+ threads
             r = None
         if r is not None:
-            crc = f"{r[4]:08x}" if len(r) > 4 else None
+            crc_hex = f"{r[-1]:08x}" if crc else None
             if _isfinite(r[2] + r[3]):
-                return (r[0], r[1], _mean(t, n), _sqrt(r[3])), READY, crc
-            return (*_f32_torch_stats(t), crc)
+                return (r[0], r[1], _mean(t, n) if mean is None else mean, _sqrt(r[3])), READY, crc_hex
+            return (*_f32_torch_stats(t), crc_hex)
     return (*_f32_torch_stats(t), None)
 
 
@@ -478,13 +488,15 @@ _CHEAP_UPTO = 4096  # elements: 16 KiB, about 1 us through the kernel
 _TMEAN_BELOW = 32768  # at::internal::GRAIN_SIZE: from here torch may split its sum over threads
 _tmean_lanes = 0  # torch's float vector width, once use_torch_mean has found it; 0: torch reduces
 _tmean_checked = False
+_mean_fused = False  # _fastats.f32_mean reproduced torch.mean from the grain up too, split over torch's threads
+_num_threads = torch.get_num_threads
 
 
 def use_torch_mean() -> bool:
     """Switch _mean to the C mean when it reproduces torch.mean bit for bit, here, on sizes reaching every
     branch of torch's kernel (scalar rows, vector rows, level carries, tails), with magnitudes spread so
     that any other order of additions shows; the lane count is the one that does. Once per process."""
-    global _tmean_lanes, _tmean_checked
+    global _tmean_lanes, _tmean_checked, _mean_fused
     if _tmean_checked or _tmean is None:
         return bool(_tmean_lanes)
     _tmean_checked = True
@@ -503,7 +515,26 @@ def use_torch_mean() -> bool:
                 break
     except Exception:  # torch reduces
         _tmean_lanes = 0
+    if _tmean_lanes and _fast_f32_mean is not None:
+        _mean_fused = _split_mean_exact(gen)
     return bool(_tmean_lanes)
+
+
+def _split_mean_exact(gen: torch.Generator) -> bool:
+    """f32_mean gives torch.mean's bits around the grain and above it, where torch splits its sum over its threads
+    (as many as it has now; the split for any count is tested, the user's setting is not touched here)."""
+    try:
+        big = torch.randn(300_000, generator=gen)
+        big *= torch.pow(10.0, torch.randint(-4, 5, big.shape, generator=gen).float())
+        threads = _num_threads()
+        for i, n in enumerate((_TMEAN_BELOW - 1, _TMEAN_BELOW, _TMEAN_BELOW + 1, 65_537, 100_003, 262_144, 299_990)):
+            x = big[i:i + n]
+            got = _fast_f32_mean(x.data_ptr(), n, _tmean_lanes, threads if n >= _TMEAN_BELOW else 1)
+            if got[4] != x.mean().item():
+                return False
+        return True
+    except Exception:  # the kernel, then torch.mean
+        return False
 
 
 def use_fast_entries() -> bool:
@@ -579,7 +610,7 @@ def stat_crc_of(t: torch.Tensor, high_precision: bool):
         return stat, kind, (raws, CrcPieces(lengths))
     if t.dtype is _F32 and t.layout is _STRIDED and t.is_cpu and not high_precision and t.dim() and t.numel() \
             and t.is_contiguous() and _fast_f32_crc is not None:
-        stat, kind, crc = _f32_kernel(t, _fast_f32_crc)
+        stat, kind, crc = _f32_kernel(t, True)
         return stat, kind, crc if crc is not None else crc32_hex(t)
     stat, kind = stat_of(t, high_precision)
     return stat, kind, crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense())

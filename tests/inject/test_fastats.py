@@ -214,6 +214,65 @@ def test_the_mean_is_torchs_bit_for_bit(seed):
     assert differ == []
 
 
+@pytest.fixture
+def threads():
+    """Sets torch's intra-op thread count for the test, and restores it."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 3, 4, 9])  # 9: the slots are summed as a vector and a tail
+def test_one_read_gives_the_kernels_figures_and_torchs_mean_split_over_its_threads(nthreads, threads):
+    """f32_mean: f32_crc's figures and CRC and torch.mean's bits in one read. From the grain up torch splits its
+    sum into one run per thread and sums the runs' slots: on sizes around the grain and the split points, at odd
+    offsets, with magnitudes spread so that any other order of additions shows."""
+    if not encode.use_torch_mean() or encode._fast_f32_mean is None:
+        pytest.skip("torch sums here")
+    threads(nthreads)
+    gen = torch.Generator().manual_seed(nthreads)
+    pool = torch.randn(1_300_000, generator=gen)
+    pool *= torch.pow(10.0, torch.randint(-6, 7, pool.shape, generator=gen).float())
+    g = encode._TMEAN_BELOW
+    sizes = [1, 9, 4097, g - 1, g, g + 1, 2 * g - 1, 2 * g, 2 * g + 1, 3 * g + 7, 4 * g + 1, 262_144, 1_048_579]
+    sizes += torch.randint(g, 1_200_000, (25,), generator=gen).tolist()
+    differ = []
+    for n in sizes:
+        off = int(torch.randint(0, 64, (1,), generator=gen))
+        x = pool[off:off + n]
+        got = encode._fast_f32_mean(x.data_ptr(), n, encode._tmean_lanes, nthreads, True)
+        if got[4] != x.mean().item() or (*got[:4], got[5]) != encode._fast_f32_crc(x.data_ptr(), n):
+            differ.append((n, off))
+    assert differ == []
+    for v in (-0.0, 0.0):  # one run's slot plus the zeroed others: torch's -0.0 sum becomes 0.0 from the grain up
+        for n in (g - 1, g, 3 * g):
+            x = torch.full((n,), v)
+            assert repr(encode._fast_f32_mean(x.data_ptr(), n, encode._tmean_lanes, nthreads)[4]) == \
+                repr(x.mean().item())
+
+
+def test_large_float_tensors_take_the_one_read(threads):
+    """The statistics of a large contiguous CPU float32 tensor come from f32_mean (torch.mean is not called), and
+    are those of the kernel and torch.mean."""
+    if not encode.use_torch_mean() or encode._fast_f32_mean is None:
+        pytest.skip("torch sums here")
+    threads(2)
+    assert encode._mean_fused
+    t = torch.randn(300, 1000)
+    ref = t.mean().item()
+    with _no_torch_mean():
+        stat, kind = encode.stat_of(t, False)
+    r = encode._fast_f32(t.data_ptr(), t.numel())
+    assert kind is encode.READY and stat == (r[0], r[1], ref, math.sqrt(r[3]))
+
+
+class _no_torch_mean(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.mean, torch.Tensor.mean):
+            raise AssertionError("torch.mean called")
+        return func(*args, **(kwargs or {}))
+
+
 def test_small_float_tensors_skip_the_cache_and_others_keep_it(tmp_path):
     if not encode.use_torch_mean():
         pytest.skip("torch sums here")
