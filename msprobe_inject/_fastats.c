@@ -555,6 +555,25 @@ ts_sum_finish(ts_sum_t *s)
     return torch_sum_f32(s->part, s->threads, s->lanes); /* even one run: its slot plus zeros, -0.0 becomes 0.0 */
 }
 
+/* parse the (address, count, lanes) that f32_mean and tmean start with: a non-empty float32 buffer and a lane
+ * count ts_feed is compiled for; -1 with an exception set */
+static int
+mean_args(PyObject *const *args, const char *name, const float **p, Py_ssize_t *n, long *lanes)
+{
+    *p = PyLong_AsVoidPtr(args[0]);
+    if (*p == NULL && PyErr_Occurred())
+        return -1;
+    *n = PyLong_AsSsize_t(args[1]);
+    *lanes = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return -1;
+    if (*n < 1 || *p == NULL || !TS_LANES_OK(*lanes)) {
+        PyErr_Format(PyExc_ValueError, "%s: bad address, count or lanes", name);
+        return -1;
+    }
+    return 0;
+}
+
 /* f32_pass and torch's sum in one read, and the CRC too if asked: each piece of SUB elements is summed torch's
  * way (and hashed) right after the kernel read it, from L1. The kernel's figures are those of f32_pass over the
  * whole buffer (it continues over whole blocks), the CRC that of the bytes in order, the mean torch.mean's bits. */
@@ -585,17 +604,17 @@ fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "f32_mean(address, count, lanes, threads[, crc])");
         return NULL;
     }
-    const float *p = PyLong_AsVoidPtr(args[0]);
-    if (p == NULL && PyErr_Occurred())
+    const float *p;
+    Py_ssize_t n;
+    long lanes;
+    if (mean_args(args, "f32_mean", &p, &n, &lanes) < 0)
         return NULL;
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    long lanes = PyLong_AsLong(args[2]);
     long threads = PyLong_AsLong(args[3]);
     int crc = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
     if (PyErr_Occurred())
         return NULL;
-    if (n < 1 || p == NULL || !TS_LANES_OK(lanes) || threads < 1 || threads > TS_MAXTHREADS) {
-        PyErr_SetString(PyExc_ValueError, "f32_mean: bad address, count, lanes or threads");
+    if (threads < 1 || threads > TS_MAXTHREADS) {
+        PyErr_SetString(PyExc_ValueError, "f32_mean: bad threads");
         return NULL;
     }
     result_t r;
@@ -620,17 +639,11 @@ fastats_tmean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "tmean(address, count, lanes)");
         return NULL;
     }
-    const float *p = PyLong_AsVoidPtr(args[0]);
-    if (p == NULL && PyErr_Occurred())
+    const float *p;
+    Py_ssize_t n;
+    long lanes;
+    if (mean_args(args, "tmean", &p, &n, &lanes) < 0)
         return NULL;
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    long lanes = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (n < 1 || p == NULL || !TS_LANES_OK(lanes)) {
-        PyErr_SetString(PyExc_ValueError, "tmean: bad address, count or lanes");
-        return NULL;
-    }
     return PyFloat_FromDouble((double)(torch_sum_f32(p, n, (int)lanes) / (float)n)); /* sum().div_(n) */
 }
 

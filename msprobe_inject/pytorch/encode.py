@@ -502,7 +502,7 @@ def use_torch_mean() -> bool:
     _tmean_checked = True
     try:
         gen = torch.Generator().manual_seed(20261125)
-        pool = torch.randn(_TMEAN_BELOW + 64, generator=gen)
+        pool = torch.randn(300_000, generator=gen)  # up to 9 threads' runs for _split_mean_exact
         pool *= torch.pow(10.0, torch.randint(-4, 5, pool.shape, generator=gen).float())
         samples = []
         for i, n in enumerate((1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129, 255, 257, 511, 513,
@@ -516,19 +516,17 @@ def use_torch_mean() -> bool:
     except Exception:  # torch reduces
         _tmean_lanes = 0
     if _tmean_lanes and _fast_f32_mean is not None:
-        _mean_fused = _split_mean_exact(gen)
+        _mean_fused = _split_mean_exact(pool)
     return bool(_tmean_lanes)
 
 
-def _split_mean_exact(gen: torch.Generator) -> bool:
+def _split_mean_exact(pool: torch.Tensor) -> bool:
     """f32_mean gives torch.mean's bits around the grain and above it, where torch splits its sum over its threads
     (as many as it has now; the split for any count is tested, the user's setting is not touched here)."""
     try:
-        big = torch.randn(300_000, generator=gen)
-        big *= torch.pow(10.0, torch.randint(-4, 5, big.shape, generator=gen).float())
         threads = _num_threads()
         for i, n in enumerate((_TMEAN_BELOW - 1, _TMEAN_BELOW, _TMEAN_BELOW + 1, 65_537, 100_003, 262_144, 299_990)):
-            x = big[i:i + n]
+            x = pool[i:i + n]
             got = _fast_f32_mean(x.data_ptr(), n, _tmean_lanes, threads if n >= _TMEAN_BELOW else 1)
             if got[4] != x.mean().item():
                 return False
