@@ -17,6 +17,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __linux__
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+#define HAVE_POOL 1
+#endif
 
 #define LANES 16
 #define BLOCK 2048
@@ -76,6 +82,48 @@ f32_pass(const float *x, Py_ssize_t n, double *acc)
     acc[3] = Q;
 }
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+/* f32_pass over x[0:n] (n a multiple of LANES, from a block boundary) for another thread: each block's lane sums
+ * and lane sums of squares go to parts (2 * LANES floats per block) for the caller to add into its doubles in
+ * order, the lanes' max and min folded into *MX and *MN, so that the figures come out as one f32_pass's */
+static void
+f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
+{
+    float mx[LANES], mn[LANES], s[LANES], q[LANES];
+    Py_ssize_t i = 0;
+    for (int k = 0; k < LANES; k++) {
+        mx[k] = -INFINITY;
+        mn[k] = INFINITY;
+    }
+    while (i < n) {
+        Py_ssize_t end = i + BLOCK;
+        if (end > n)
+            end = n;
+        for (int k = 0; k < LANES; k++)
+            s[k] = q[k] = 0.0f;
+        for (; i < end; i += LANES) {
+            for (int k = 0; k < LANES; k++) {
+                float v = x[i + k];
+                mx[k] = v > mx[k] ? v : mx[k];
+                mn[k] = v < mn[k] ? v : mn[k];
+                s[k] += v;
+                q[k] += v * v;
+            }
+        }
+        for (int k = 0; k < LANES; k++) { /* not memcpy: that keeps s and q in memory through the loop */
+            parts[k] = s[k];
+            parts[LANES + k] = q[k];
+        }
+        parts += 2 * LANES;
+    }
+    for (int k = 0; k < LANES; k++) {
+        *MX = mx[k] > *MX ? mx[k] : *MX;
+        *MN = mn[k] < *MN ? mn[k] : *MN;
+    }
+}
+
 /* ---- CRC-32 (reflected 0xEDB88320, zlib's crc32) ---- */
 
 #define POLY 0xedb88320u
@@ -91,6 +139,25 @@ crc_bytes(uint32_t crc, const unsigned char *p, size_t n)
     return ~crc;
 }
 
+static uint32_t x2n_table[32]; /* x^(2^k) modulo the polynomial, reflected */
+
+/* a(x) b(x) modulo the polynomial, reflected; a nonzero */
+static uint32_t
+multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
 static void
 crc_init(void)
 {
@@ -100,6 +167,21 @@ crc_init(void)
             c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
         crc_table[i] = c;
     }
+    uint32_t p = (uint32_t)1 << 30; /* x^1 */
+    x2n_table[0] = p;
+    for (int n = 1; n < 32; n++)
+        x2n_table[n] = p = multmodp(p, p);
+}
+
+/* the CRC of A then B from those of A and of B (len2: B's bytes): zlib's crc32_combine */
+static uint32_t
+crc_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    uint32_t p = (uint32_t)1 << 31; /* x^(8 len2) mod p(x), from x^(2^k) */
+    for (unsigned k = 3; len2; len2 >>= 1, k++)
+        if (len2 & 1)
+            p = multmodp(x2n_table[k & 31], p);
+    return multmodp(p, crc1) ^ crc2;
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -508,7 +590,7 @@ torch_sum_f32(const float *x, int64_t n, int lanes)
 typedef struct {
     const float *x;
     int64_t n, chunk;
-    int lanes, threads, runs, cur;
+    int lanes, threads, runs, cur, last; /* runs [cur, last) are this reader's */
     float part[TS_MAXTHREADS];
     ts_run_t run;
 } ts_sum_t;
@@ -523,10 +605,27 @@ ts_sum_init(ts_sum_t *s, const float *x, int64_t n, int lanes, int threads)
         if (runs > threads)
             runs = threads;
     }
-    s->runs = (int)runs;
+    s->runs = s->last = (int)runs;
     s->chunk = (n + runs - 1) / runs;
     memset(s->part, 0, sizeof s->part);
     ts_run_init(&s->run, x, s->chunk < n ? s->chunk : n, lanes);
+}
+
+/* the elements where run k starts (k = runs: the end) */
+static int64_t
+ts_run_start(const ts_sum_t *s, int k)
+{
+    const int64_t b = k * s->chunk;
+    return b < s->n ? b : s->n;
+}
+
+/* this reader sums runs [first, last) only (another thread sums the others) */
+static void
+ts_sum_seek(ts_sum_t *s, int first, int last)
+{
+    const int64_t b = ts_run_start(s, first);
+    s->cur = first, s->last = last;
+    ts_run_init(&s->run, s->x + b, ts_run_start(s, first + 1) - b, s->lanes);
 }
 
 /* elements [0, upto) have been read by the caller: sum the runs' rows inside them */
@@ -536,8 +635,10 @@ ts_sum_feed(ts_sum_t *s, int64_t upto)
     for (;;) {
         const int64_t begin = s->cur * s->chunk;
         const int64_t end = begin + s->run.n;
+        if (upto <= begin)
+            return;
         ts_run_feed(&s->run, (upto < end ? upto : end) - begin);
-        if (upto < end || s->cur + 1 >= s->runs)
+        if (upto < end || s->cur + 1 >= s->last)
             return;
         s->part[s->cur] = ts_run_finish(&s->run);
         s->cur++;
@@ -578,21 +679,196 @@ mean_args(PyObject *const *args, const char *name, const float **p, Py_ssize_t *
  * way (and hashed) right after the kernel read it, from L1. The kernel's figures are those of f32_pass over the
  * whole buffer (it continues over whole blocks), the CRC that of the bytes in order, the mean torch.mean's bits. */
 static void
-run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, result_t *r, float *mean)
+run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result_t *r)
 {
     double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0};
-    ts_sum_t s;
     r->crc = 0;
-    ts_sum_init(&s, x, n, lanes, threads);
     for (Py_ssize_t i = 0; i < n; i += SUB) {
         Py_ssize_t m = n - i < SUB ? n - i : SUB;
         f32_pass(x + i, m, acc);
-        ts_sum_feed(&s, i + m);
+        ts_sum_feed(s, i + m);
         if (crc)
             r->crc = crc_update(r->crc, (const unsigned char *)(x + i), (size_t)m * 4);
     }
-    *mean = ts_sum_finish(&s) / (float)n; /* sum().div_(n) */
     r->mx = acc[0], r->mn = acc[1], r->s = acc[2], r->q = acc[3];
+}
+
+/* ---- the same read shared with torch's intra-op threads ----
+ * A tensor of PAR_FROM elements or more is read by up to `workers` threads of torch's own OpenMP team (libgomp's
+ * GOMP_parallel, as at::parallel_for starts a region; use_omp hands over torch's copy of the library), as a torch
+ * reduction of it would be: the training thread waits in the tool's hook, so that team is idle, and is still
+ * spinning from the op before. Each thread reads whole runs of torch's split of its sum (each run's additions are
+ * torch's) and the kernel's blocks from the block boundary at or before its first run. The other threads hand
+ * back each block's lane sums; the caller's adds them into its doubles in block order, as one f32_pass would: the
+ * figures are those of f32_mean on one thread, bit for bit, whatever the number of threads. */
+#define POOL_MAX 8          /* threads reading one tensor */
+#define PAR_FROM (1 << 17)  /* elements (512 KiB); below this, starting a region costs about what it saves */
+
+typedef struct {
+    ts_sum_t sum;            /* torch's runs [sum.cur, sum.last), then their sums in sum.part */
+    const float *x;
+    Py_ssize_t kb, ke;       /* the kernel's elements [kb, ke): whole blocks but a last one of whole lanes */
+    float mx, mn;
+    float *parts;            /* 2 * LANES floats per block */
+    size_t cap;              /* floats allocated at parts */
+    int crc;                 /* hash [kb, ke) too, into hash */
+    uint32_t hash;
+} share_t;
+
+static void
+share_run(share_t *w)
+{
+    float *parts = w->parts;
+    w->mx = -INFINITY, w->mn = INFINITY;
+    for (Py_ssize_t i = w->kb; i < w->ke; i += SUB) {
+        Py_ssize_t m = w->ke - i < SUB ? w->ke - i : SUB;
+        f32_parts(w->x + i, m, parts, &w->mx, &w->mn);
+        parts += 2 * LANES * ((m + BLOCK - 1) / BLOCK);
+        ts_sum_feed(&w->sum, i + m);
+        if (w->crc)
+            w->hash = crc_update(w->hash, (const unsigned char *)(w->x + i), (size_t)m * 4);
+    }
+    ts_sum_feed(&w->sum, ts_run_start(&w->sum, w->sum.last)); /* its last run's elements past its blocks */
+    w->sum.part[w->sum.cur] = ts_run_finish(&w->sum.run);
+}
+
+/* share 0 is read as f32_pass reads it, into acc */
+static void
+share_first(share_t *w, double *acc)
+{
+    for (Py_ssize_t i = 0; i < w->ke; i += SUB) {
+        Py_ssize_t m = w->ke - i < SUB ? w->ke - i : SUB;
+        f32_pass(w->x + i, m, acc);
+        ts_sum_feed(&w->sum, i + m);
+        if (w->crc)
+            w->hash = crc_update(w->hash, (const unsigned char *)(w->x + i), (size_t)m * 4);
+    }
+    ts_sum_feed(&w->sum, ts_run_start(&w->sum, w->sum.last));
+    w->sum.part[w->sum.cur] = ts_run_finish(&w->sum.run);
+}
+
+#ifdef HAVE_POOL
+typedef void (*gomp_parallel_t)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*omp_int_t)(void);
+static gomp_parallel_t gomp_parallel;
+static omp_int_t omp_thread_num, omp_num_threads;
+static pid_t omp_pid; /* a forked child's OpenMP team is its parent's, which it does not have: libgomp would hang */
+
+static share_t shares[POOL_MAX];
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER; /* one tensor at a time uses shares */
+
+typedef struct {
+    int ways;
+    double acc[4];
+} team_t;
+
+static void
+team_body(void *arg)
+{
+    team_t *t = arg;
+    const int nt = omp_num_threads();
+    for (int j = omp_thread_num(); j < t->ways; j += nt > 0 ? nt : t->ways) {
+        if (j == 0)
+            share_first(&shares[0], t->acc);
+        else
+            share_run(&shares[j]);
+    }
+}
+
+/* share j: blocks [kb, ke) and runs [first, last); false if its buffer cannot grow */
+static int
+share_set(share_t *w, const ts_sum_t *s, Py_ssize_t kb, Py_ssize_t ke, int first, int last, int crc)
+{
+    const size_t need = (size_t)2 * LANES * (size_t)((ke - kb + BLOCK - 1) / BLOCK);
+    if (need > w->cap) {
+        float *p = realloc(w->parts, need * sizeof(float));
+        if (p == NULL)
+            return 0;
+        w->parts = p, w->cap = need;
+    }
+    w->sum = *s;
+    ts_sum_seek(&w->sum, first, last);
+    w->x = s->x, w->kb = kb, w->ke = ke, w->crc = crc, w->hash = 0;
+    return 1;
+}
+
+/* the read of x[0:n) shared by `ways` threads (pool_mu held), its runs' sums into s->part; false before any
+ * work if it cannot be */
+static int
+run_shared(const float *x, Py_ssize_t n, int ways, int crc, ts_sum_t *s, result_t *r)
+{
+    Py_ssize_t kb[POOL_MAX + 1];
+    int rb[POOL_MAX + 1];
+    for (int j = 0; j <= ways; j++) {
+        rb[j] = (int)((int64_t)j * s->runs / ways);
+        kb[j] = ts_run_start(s, rb[j]) / BLOCK * BLOCK;
+    }
+    const Py_ssize_t tail = n - (n - kb[ways - 1]) % LANES; /* the scalar tail [tail, n) is added last, here */
+    kb[ways] = tail;
+    for (int j = 0; j < ways; j++)
+        if (!share_set(&shares[j], s, kb[j], kb[j + 1], rb[j], rb[j + 1], crc))
+            return 0;
+    team_t team = {ways, {-INFINITY, INFINITY, 0.0, 0.0}};
+    gomp_parallel(team_body, &team, (unsigned)ways, 0);
+    float MX = (float)team.acc[0], MN = (float)team.acc[1];
+    double S = team.acc[2], Q = team.acc[3];
+    uint32_t hash = shares[0].hash;
+    for (int j = 0; j < ways; j++) {
+        const share_t *w = &shares[j];
+        for (int k = rb[j]; k < rb[j + 1]; k++)
+            s->part[k] = w->sum.part[k];
+        if (j == 0)
+            continue;
+        if (crc)
+            hash = crc_combine(hash, w->hash, (uint64_t)(w->ke - w->kb) * 4);
+        MX = w->mx > MX ? w->mx : MX;
+        MN = w->mn < MN ? w->mn : MN;
+        const float *p = w->parts, *end = p + 2 * LANES * ((w->ke - w->kb + BLOCK - 1) / BLOCK);
+        for (; p < end; p += 2 * LANES)
+            for (int k = 0; k < LANES; k++) {
+                S += p[k];
+                Q += p[LANES + k];
+            }
+    }
+    for (Py_ssize_t i = tail; i < n; i++) {
+        float v = x[i];
+        MX = v > MX ? v : MX;
+        MN = v < MN ? v : MN;
+        S += v;
+        Q += (double)v * v;
+    }
+    r->crc = crc && tail < n ? crc_update(hash, (const unsigned char *)(x + tail), (size_t)(n - tail) * 4) : hash;
+    r->mx = MX, r->mn = MN, r->s = S, r->q = Q;
+    return 1;
+}
+#endif
+
+/* f32_mean's work: shared with up to `workers` threads where that pays (from the grain up, on torch's split) */
+static void
+run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, int workers, result_t *r,
+               float *mean)
+{
+    ts_sum_t s;
+    ts_sum_init(&s, x, n, lanes, threads);
+    int done = 0;
+#ifdef HAVE_POOL
+    int ways = workers < s.runs ? workers : s.runs;
+    if (ways > POOL_MAX)
+        ways = POOL_MAX;
+    if (n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && getpid() == omp_pid
+        && pthread_mutex_trylock(&pool_mu) == 0) {
+        done = run_shared(x, n, ways, crc, &s, r);
+        pthread_mutex_unlock(&pool_mu);
+        if (!done)
+            ts_sum_init(&s, x, n, lanes, threads);
+    }
+#endif
+    if (done) { /* two runs or more: from the grain up, on more than one thread */
+        *mean = torch_sum_f32(s.part, s.threads, lanes) / (float)n;
+        return;
+    }
+    run_stats_mean_serial(x, n, crc, &s, r);
+    *mean = ts_sum_finish(&s) / (float)n; /* sum().div_(n) */
 }
 
 /* f32_mean(address, count, lanes, threads[, crc]) -> f32's four values and torch.mean of the buffer, as torch
@@ -600,8 +876,8 @@ run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, re
 static PyObject *
 fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 && nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "f32_mean(address, count, lanes, threads[, crc])");
+    if (nargs < 4 || nargs > 6) {
+        PyErr_SetString(PyExc_TypeError, "f32_mean(address, count, lanes, threads[, crc[, workers]])");
         return NULL;
     }
     const float *p;
@@ -610,9 +886,14 @@ fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (mean_args(args, "f32_mean", &p, &n, &lanes) < 0)
         return NULL;
     long threads = PyLong_AsLong(args[3]);
-    int crc = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    int crc = nargs >= 5 ? PyObject_IsTrue(args[4]) : 0;
+    long workers = nargs == 6 ? PyLong_AsLong(args[5]) : threads;
     if (PyErr_Occurred())
         return NULL;
+    if (workers < 1) {
+        PyErr_SetString(PyExc_ValueError, "f32_mean: bad workers");
+        return NULL;
+    }
     if (threads < 1 || threads > TS_MAXTHREADS) {
         PyErr_SetString(PyExc_ValueError, "f32_mean: bad threads");
         return NULL;
@@ -621,10 +902,10 @@ fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     float mean;
     if (n >= NOGIL_FROM) {
         Py_BEGIN_ALLOW_THREADS
-        run_stats_mean(p, n, (int)lanes, (int)threads, crc, &r, &mean);
+        run_stats_mean(p, n, (int)lanes, (int)threads, crc, (int)(workers < POOL_MAX ? workers : POOL_MAX), &r, &mean);
         Py_END_ALLOW_THREADS
     } else {
-        run_stats_mean(p, n, (int)lanes, (int)threads, crc, &r, &mean);
+        run_stats_mean(p, n, (int)lanes, (int)threads, crc, (int)(workers < POOL_MAX ? workers : POOL_MAX), &r, &mean);
     }
     if (crc)
         return Py_BuildValue("(dddddk)", r.mx, r.mn, r.s, r.q, (double)mean, (unsigned long)r.crc);
@@ -1014,7 +1295,37 @@ fastats_entries_setup(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* use_omp(path): share large reads with the OpenMP team of the already loaded libgomp at path (torch's); None:
+ * stop. True if its entry points were found. */
+static PyObject *
+fastats_use_omp(PyObject *self, PyObject *arg)
+{
+#ifdef HAVE_POOL
+    if (arg == Py_None) {
+        gomp_parallel = NULL;
+        Py_RETURN_FALSE;
+    }
+    const char *path = PyUnicode_AsUTF8(arg);
+    if (path == NULL)
+        return NULL;
+    void *h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD); /* loaded already, or nothing */
+    if (h == NULL)
+        Py_RETURN_FALSE;
+    gomp_parallel_t par = (gomp_parallel_t)dlsym(h, "GOMP_parallel");
+    omp_int_t num = (omp_int_t)dlsym(h, "omp_get_thread_num"), team = (omp_int_t)dlsym(h, "omp_get_num_threads");
+    if (par == NULL || num == NULL || team == NULL)
+        Py_RETURN_FALSE; /* the handle stays open: the library was loaded before and stays */
+    omp_thread_num = num, omp_num_threads = team, omp_pid = getpid();
+    gomp_parallel = par;
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
+    {"use_omp", fastats_use_omp, METH_O,
+     "use_omp(path or None): f32_mean shares large reads with the OpenMP team of the loaded libgomp at path"},
     {"set_crc", fastats_set_crc, METH_O, "set_crc(address): the CRC-32 function to use (0: built-in)"},
     {"f32", (PyCFunction)(void (*)(void))fastats_f32, METH_FASTCALL,
      "f32(address, count) -> (max, min, sum, sum of squares) of a contiguous float32 buffer"},
@@ -1023,8 +1334,9 @@ static PyMethodDef methods[] = {
     {"tmean", (PyCFunction)(void (*)(void))fastats_tmean, METH_FASTCALL,
      "tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer (its CPU kernel's order)"},
     {"f32_mean", (PyCFunction)(void (*)(void))fastats_f32_mean, METH_FASTCALL,
-     "f32_mean(address, count, lanes, threads[, crc]) -> f32's four values and torch.mean (its CPU kernel's order, "
-     "split over threads as torch splits it), and with crc true the buffer's CRC-32"},
+     "f32_mean(address, count, lanes, threads[, crc[, workers]]) -> f32's four values and torch.mean (its CPU "
+     "kernel's order, split over threads as torch splits it), and with crc true the buffer's CRC-32; a large buffer "
+     "is read by up to workers threads (default: threads), with the same results"},
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
     {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,

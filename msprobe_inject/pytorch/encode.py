@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import weakref
 import zlib
@@ -54,6 +55,10 @@ try:  # the kernel's figures and torch's mean in one read (a kernel built before
     from .._fastats import f32_mean as _fast_f32_mean
 except ImportError:  # pragma: no cover - the kernel, then torch.mean
     _fast_f32_mean = None
+try:  # large reads shared with torch's OpenMP team (a kernel built before it lacks the function)
+    from .._fastats import use_omp as _fast_use_omp
+except ImportError:  # pragma: no cover - the training thread reads alone
+    _fast_use_omp = None
 try:  # a whole value's entries in one call (a kernel built before it lacks the function)
     from .._fastats import entries as _fast_entries
     from .._fastats import entries_setup as _fast_entries_setup
@@ -516,8 +521,37 @@ def use_torch_mean() -> bool:
     except Exception:  # torch reduces
         _tmean_lanes = 0
     if _tmean_lanes and _fast_f32_mean is not None:
+        shared = _share_reads()
         _mean_fused = _split_mean_exact(pool)
+        if shared and not _mean_fused:
+            _fast_use_omp(None)
     return bool(_tmean_lanes)
+
+
+def _share_reads() -> bool:
+    """Let f32_mean read a large tensor with torch's own intra-op threads: its OpenMP team (libgomp, the library
+    torch loaded), idle while the training thread is in the tool's hook, as a torch reduction of the tensor would
+    use it. The figures do not depend on it (f32_mean's are the same on any number of threads)."""
+    if _fast_use_omp is None:
+        return False
+    try:
+        if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+            return False
+        lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+        found = []
+        with open("/proc/self/maps") as fh:  # Linux: where the loaded libraries are
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and os.path.basename(parts[5].strip()).startswith("libgomp"):
+                    path = parts[5].strip()
+                    if path not in found:
+                        found.append(path)
+        mine = [p for p in found if p.startswith(lib + os.sep)]
+        if mine or len(found) == 1:  # torch's own copy, or the only one there is
+            return bool(_fast_use_omp((mine or found)[0]))
+    except Exception:  # the training thread reads alone
+        pass
+    return False
 
 
 def _split_mean_exact(pool: torch.Tensor) -> bool:

@@ -5,7 +5,11 @@ Its CRC-32 (the md5 summary mode) is zlib.crc32 of the raw bytes."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import signal
+import sys
+import time
 import zlib
 
 import pytest
@@ -249,6 +253,76 @@ def test_one_read_gives_the_kernels_figures_and_torchs_mean_split_over_its_threa
             x = torch.full((n,), v)
             assert repr(encode._fast_f32_mean(x.data_ptr(), n, encode._tmean_lanes, nthreads)[4]) == \
                 repr(x.mean().item())
+
+
+_SHARED_FROM = 1 << 17  # _fastats' PAR_FROM: from here f32_mean shares a read with torch's threads
+
+
+@pytest.mark.parametrize("nthreads", [2, 3, 4, 9])
+def test_a_read_shared_with_torchs_threads_gives_the_one_threads_figures(nthreads, threads):
+    """f32_mean read by several threads (each over whole runs of torch's split and the kernel's blocks from there,
+    the caller adding the others' block sums in order and combining their CRCs) gives the figures and CRC of one
+    thread, bit for bit, and torch.mean's; on sizes at the sharing threshold, the split points and the block edges,
+    at odd offsets, with magnitudes spread so that any other order of additions shows."""
+    if not encode.use_torch_mean() or encode._fast_f32_mean is None:
+        pytest.skip("torch sums here")
+    threads(nthreads)
+    gen = torch.Generator().manual_seed(100 + nthreads)
+    pool = torch.randn(2_400_000, generator=gen)
+    pool *= torch.pow(10.0, torch.randint(-6, 7, pool.shape, generator=gen).float())
+    s = _SHARED_FROM
+    sizes = [s - 1, s, s + 1, s + 15, s + 16, s + 17, 2 * s + 2047, 2 * s + 2049, 1 << 20, (1 << 20) + 3, 2_300_001]
+    sizes += torch.randint(s, 2_300_000, (20,), generator=gen).tolist()
+    lanes, differ = encode._tmean_lanes, []
+    for n in sizes:
+        off = int(torch.randint(0, 64, (1,), generator=gen))
+        x = pool[off:off + n]
+        one = encode._fast_f32_mean(x.data_ptr(), n, lanes, nthreads, True, 1)
+        if one[4] != x.mean().item() or (*one[:4], one[5]) != encode._fast_f32_crc(x.data_ptr(), n):
+            differ.append(("one thread", n, off))
+        for workers in (2, 3, 8):  # with the CRC (the md5 mode: each thread's, combined) and without
+            if repr(encode._fast_f32_mean(x.data_ptr(), n, lanes, nthreads, True, workers)) != repr(one) or \
+                    repr(encode._fast_f32_mean(x.data_ptr(), n, lanes, nthreads, False, workers)) != repr(one[:5]):
+                differ.append((workers, n, off))
+    assert differ == []
+    z = torch.zeros(3 * s + 5)  # -0.0 and 0.0 compare equal: which one the max and min keep is the one thread's
+    z[::3] = -0.0
+    z[7::11] = -0.0
+    for pattern in (z, -z, z.flip(0)):
+        x = pattern.contiguous()
+        assert repr(encode._fast_f32_mean(x.data_ptr(), x.numel(), lanes, nthreads, False, nthreads)) == \
+            repr(encode._fast_f32_mean(x.data_ptr(), x.numel(), lanes, nthreads, False, 1))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "backend: OpenMP" not in torch.__config__.parallel_info(),
+                    reason="torch's threads are not an OpenMP team in a loaded libgomp here")
+def test_large_reads_are_shared_with_torchs_openmp_team_and_not_in_a_forked_child(threads):
+    """The team is found where torch runs on libgomp, and a forked child (which has its parent's team in name
+    only: libgomp would wait for it forever) reads alone and does not hang."""
+    if not encode.use_torch_mean() or encode._fast_f32_mean is None:
+        pytest.skip("torch sums here")
+    assert encode._share_reads()
+    threads(2)
+    x = torch.randn(1 << 20)
+    want = encode._fast_f32_mean(x.data_ptr(), x.numel(), encode._tmean_lanes, 2)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            got = encode._fast_f32_mean(x.data_ptr(), x.numel(), encode._tmean_lanes, 2)
+            os._exit(0 if got == want else 3)
+        finally:
+            os._exit(4)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in f32_mean")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_large_float_tensors_take_the_one_read(threads):
