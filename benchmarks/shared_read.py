@@ -5,7 +5,7 @@ not shared on alternate steps (ABBA), so both halves see the same machine, memor
 
 Prints per configuration the median step time, the time inside the recorder's module-record bodies and, within
 it, in the statistics (``encode.stat_of``), in ms per step, each way, and the ratios shared / alone. Level-0
-configurations only: the API records of L1 and mix are not timed here.
+configurations for the hooks: the API records of L1 and mix are not timed there (their statistics are).
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ def main() -> None:
             d = r[way]
             label = name if way == "alone" else ""
             print(f"{label:<14}{way:>8}{d['step']:>9.1f}{d['hooks']:>9.2f}{d['statistics']:>12.2f}")
-        q = {k: r["shared"][k] / r["alone"][k] for k in ("step", "hooks", "statistics")}
-        print(f"{'':<14}{'ratio':>8}{q['step']:>9.3f}{q['hooks']:>9.3f}{q['statistics']:>12.3f}")
+        q = {k: f"{r['shared'][k] / r['alone'][k]:.3f}" if r["alone"][k] else "-"
+             for k in ("step", "hooks", "statistics")}
+        print(f"{'':<14}{'ratio':>8}{q['step']:>9}{q['hooks']:>9}{q['statistics']:>12}")
 
 
 if __name__ == "__main__":
