@@ -699,8 +699,9 @@ run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result
  * reduction of it would be: the training thread waits in the tool's hook, so that team is idle, and is still
  * spinning from the op before. Each thread reads whole runs of torch's split of its sum (each run's additions are
  * torch's) and the kernel's blocks from the block boundary at or before its first run. The other threads hand
- * back each block's lane sums; the caller's adds them into its doubles in block order, as one f32_pass would: the
- * figures are those of f32_mean on one thread, bit for bit, whatever the number of threads. */
+ * back each block's lane sums and their CRC; the calling thread adds the sums into its doubles in block order, as
+ * one f32_pass would, and combines the CRCs: the figures are those of f32_mean on one thread, bit for bit, whatever
+ * the number of threads. */
 #define POOL_MAX 8          /* threads reading one tensor */
 #define PAR_FROM (1 << 17)  /* elements (512 KiB); below this, starting a region costs about what it saves */
 
