@@ -29,6 +29,24 @@
 #define NOGIL_FROM 65536    /* elements; below this, releasing the GIL costs more than it frees */
 #define SUB (2 * BLOCK)      /* elements hashed right after they are reduced: 16 KiB stays in L1 */
 
+/* one block x[0:m) (m a multiple of LANES) into the lanes' running max and min and fresh lane sums s and q: the
+ * float operations every reader of the kernel makes, so that split reads give one read's bits */
+static inline __attribute__((always_inline)) void
+f32_block(const float *x, Py_ssize_t m, float *mx, float *mn, float *s, float *q)
+{
+    for (int k = 0; k < LANES; k++)
+        s[k] = q[k] = 0.0f;
+    for (Py_ssize_t i = 0; i < m; i += LANES) {
+        for (int k = 0; k < LANES; k++) {
+            float v = x[i + k];
+            mx[k] = v > mx[k] ? v : mx[k];
+            mn[k] = v < mn[k] ? v : mn[k];
+            s[k] += v;
+            q[k] += v * v;
+        }
+    }
+}
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -48,17 +66,8 @@ f32_pass(const float *x, Py_ssize_t n, double *acc)
         Py_ssize_t end = i + BLOCK;
         if (end > n)
             end = n - (n - i) % LANES;
-        for (int k = 0; k < LANES; k++)
-            s[k] = q[k] = 0.0f;
-        for (; i < end; i += LANES) {
-            for (int k = 0; k < LANES; k++) {
-                float v = x[i + k];
-                mx[k] = v > mx[k] ? v : mx[k];
-                mn[k] = v < mn[k] ? v : mn[k];
-                s[k] += v;
-                q[k] += v * v;
-            }
-        }
+        f32_block(x + i, end - i, mx, mn, s, q);
+        i = end;
         for (int k = 0; k < LANES; k++) {
             S += s[k];
             Q += q[k];
@@ -101,17 +110,8 @@ f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
         Py_ssize_t end = i + BLOCK;
         if (end > n)
             end = n;
-        for (int k = 0; k < LANES; k++)
-            s[k] = q[k] = 0.0f;
-        for (; i < end; i += LANES) {
-            for (int k = 0; k < LANES; k++) {
-                float v = x[i + k];
-                mx[k] = v > mx[k] ? v : mx[k];
-                mn[k] = v < mn[k] ? v : mn[k];
-                s[k] += v;
-                q[k] += v * v;
-            }
-        }
+        f32_block(x + i, end - i, mx, mn, s, q);
+        i = end;
         for (int k = 0; k < LANES; k++) { /* not memcpy: that keeps s and q in memory through the loop */
             parts[k] = s[k];
             parts[LANES + k] = q[k];
