@@ -56,9 +56,32 @@ PAIRS = {"L0": "msprobe L0", "L1": "msprobe L1", "mix": "msprobe mix",
          "L1 md5": "msprobe L1 md5", "L1 tensor": "msprobe L1 tensor", "L1 zero-code": "msprobe L1"}
 
 
-def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> None:
+def gpt2() -> tuple:
+    """The benchmark's model, optimizer and batch: a tiny GPT-2, the same in every process."""
     import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=1000, n_positions=128))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4), torch.randint(0, 1000, (8, 128))
+
+
+def train_step(model, opt, ids, debugger) -> None:
+    """One training step, recorded as a step of the debugger's when there is one."""
+    if debugger is not None:
+        debugger.start(model=model)
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if debugger is not None:
+        debugger.stop()
+        debugger.step()
+
+
+def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> None:
     dbg = None
     if tool in ("ours", "loaded"):
         import msprobe_inject.pytorch as dbg  # noqa: F811
@@ -81,28 +104,12 @@ def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> Non
     elif tool == "msprobe-off":
         debugger = None
 
-    from transformers import GPT2Config, GPT2LMHeadModel
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.manual_seed(0)
-    config = GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=1000, n_positions=128)
-    model = GPT2LMHeadModel(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 1000, (8, 128))
+    model, opt, ids = gpt2()
     times = []
     clock = time.process_time if os.environ.get("OVERHEAD_CLOCK") == "cpu" else time.perf_counter
     for i in range(warmup + steps):
         t0 = clock()
-        if debugger is not None:
-            debugger.start(model=model)
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
+        train_step(model, opt, ids, debugger)
         t1 = clock()
         if i >= warmup:
             times.append(t1 - t0)

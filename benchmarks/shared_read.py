@@ -21,7 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from overhead import CONFIGS  # noqa: E402
+from overhead import CONFIGS, gpt2, train_step  # noqa: E402
 
 
 def _timed(owner, name: str, slot: list):
@@ -39,10 +39,6 @@ def _timed(owner, name: str, slot: list):
 
 
 def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-    from transformers.utils import logging as hf_logging
-
     import msprobe_inject.pytorch as dbg
     from msprobe_inject import _fastats, recorder
     from msprobe_inject.pytorch import encode
@@ -60,11 +56,7 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
     for method in ("module_enter", "module_exit", "module_backward", "param_grad"):  # the module records' bodies
         _timed(recorder.Recorder, method, hooks)
     _timed(encode, "stat_of", stats)
-    hf_logging.set_verbosity_error()
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=1000, n_positions=128))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 1000, (8, 128))
+    model, opt, ids = gpt2()
     got: dict = {way: {"step": [], "hooks": [], "statistics": []} for way in ("shared", "alone")}
     for i in range(warmup + steps):
         way = ("shared", "alone", "alone", "shared")[i % 4]
@@ -74,13 +66,7 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
             _fastats.use_omp(None)
         hooks[0] = stats[0] = 0.0
         t0 = time.perf_counter()
-        debugger.start(model=model)
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad()
-        debugger.stop()
-        debugger.step()
+        train_step(model, opt, ids, debugger)
         t1 = time.perf_counter()
         if i >= warmup:
             got[way]["step"].append(t1 - t0)
