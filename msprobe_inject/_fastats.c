@@ -980,7 +980,9 @@ fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* ---- entries: a recorded value's msprobe entries in one call (the PyTorch encoder's common case) ----
  * The items of a list, tuple or dict that are None, a bool, int, float or str, or a plain contiguous CPU float32
  * tensor of 1..max elements with finite statistics are encoded here, through the same kernel (max, min, norm) and
- * the same torch-ordered mean as encode.py's path, without a Python frame per item. Every other item (another dtype,
+ * the same torch-ordered mean as encode.py's path, without a Python frame per item. Given torch's thread count,
+ * larger tensors are too (statistics and md5), through f32_mean's read: encode.py passes it where it would read
+ * such a tensor itself rather than look it up in its statistics cache. Every other item (another dtype,
  * a view, a device tensor, a subclass, a nested container, non-finite statistics) goes to encode.py's fallback.
  * encode.py's entries are the definition, which tests/inject/pytorch/test_encode_fast.py holds this path to.
  * entries_setup names the types and the lane count. */
@@ -1092,8 +1094,9 @@ permuted_dense(PyObject *t)
 
 enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2 }; /* the summary modes, as encode.py's _ENTRY_MODES */
 
+/* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py */
 static PyObject *
-tensor_entry(PyObject *t, int mode)
+tensor_entry(PyObject *t, int mode, int threads)
 {
     PyObject *o = PyObject_CallMethodNoArgs(t, S_numel); /* first: a large tensor is encode.py's at once */
     if (o == NULL) {
@@ -1102,7 +1105,8 @@ tensor_entry(PyObject *t, int mode)
     }
     Py_ssize_t n = PyLong_AsSsize_t(o);
     Py_DECREF(o);
-    if (n < 1 || n > E.max_numel) {
+    int large = n > E.max_numel;
+    if (n < 1 || (large && (threads < 1 || mode == MODE_XOR))) {
         PyErr_Clear();
         return NOT_MINE;
     }
@@ -1153,6 +1157,18 @@ tensor_entry(PyObject *t, int mode)
         double mean, norm;
         if (scalar) { /* a 0-d tensor (a loss): its value is all four figures, as msprobe writes */
             r.mx = r.mn = mean = norm = *p;
+        } else if (large) { /* encode._f32_kernel's f32_mean call, the GIL released as there */
+            float m;
+            int w = threads < POOL_MAX ? threads : POOL_MAX, crc = mode == MODE_MD5;
+            if (n >= NOGIL_FROM) {
+                Py_BEGIN_ALLOW_THREADS
+                run_stats_mean(p, n, E.lanes, threads, crc, w, &r, &m);
+                Py_END_ALLOW_THREADS
+            } else {
+                run_stats_mean(p, n, E.lanes, threads, crc, w, &r, &m);
+            }
+            mean = (double)m;
+            norm = sqrt(r.q);
         } else {
             run_job((const char *)p, n, 4, mode == MODE_MD5 ? JOB_STATS | JOB_CRC : JOB_STATS, &r);
             mean = (double)(torch_sum_f32(p, n, E.lanes) / (float)n);
@@ -1177,11 +1193,11 @@ tensor_entry(PyObject *t, int mode)
 }
 
 static PyObject *
-leaf_entry(PyObject *v, int mode)
+leaf_entry(PyObject *v, int mode, int threads)
 {
     PyTypeObject *tp = Py_TYPE(v);  /* exact types: encode.py's isinstance tests differ for subclasses */
     if ((PyObject *)tp == E.tensor || (PyObject *)tp == E.param)
-        return tensor_entry(v, mode);
+        return tensor_entry(v, mode, threads);
     if (v == Py_None)
         Py_RETURN_NONE;
     PyObject *name = tp == &PyBool_Type ? V_bool : tp == &PyLong_Type ? V_int : tp == &PyFloat_Type ? V_float
@@ -1194,24 +1210,26 @@ leaf_entry(PyObject *v, int mode)
 
 /* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
 static PyObject *
-item_entry(PyObject *v, int mode, int mine, PyObject *key, PyObject *fallback, PyObject *pending, PyObject *value)
+item_entry(PyObject *v, int mode, int threads, int mine, PyObject *key, PyObject *fallback, PyObject *pending,
+           PyObject *value)
 {
     Py_INCREF(v); /* torch's getters may run Python code (a mode's handler) that drops the container's hold */
-    PyObject *e = mine ? leaf_entry(v, mode) : NOT_MINE;
+    PyObject *e = mine ? leaf_entry(v, mode, threads) : NOT_MINE;
     if (e == NOT_MINE)
         e = PyObject_CallFunctionObjArgs(fallback, v, key, pending, value, NULL);
     Py_DECREF(v);
     return e;
 }
 
-/* entries(value, fallback, pending, mode) -> the encoded list, tuple or dict, or NotImplemented for another value or a
- * dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback, encode.py's, with
- * their index or key, pending and value: the same call it would make for them. */
+/* entries(value, fallback, pending, mode[, threads]) -> the encoded list, tuple or dict, or NotImplemented for another
+ * value or a dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback,
+ * encode.py's, with their index or key, pending and value: the same call it would make for them. threads (torch's
+ * intra-op thread count, default 0): tensors above entries_setup's max elements are encoded here too. */
 static PyObject *
 fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending, mode)");
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending, mode[, threads])");
         return NULL;
     }
     PyObject *value = args[0], *fallback = args[1], *pending = args[2], *out, *e, *key;
@@ -1219,6 +1237,12 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (mode < MODE_STATISTICS || mode > MODE_XOR) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5) or 2 (xor)");
+        return NULL;
+    }
+    long threads = nargs == 5 ? PyLong_AsLong(args[4]) : 0;
+    if (threads < 0 || threads > TS_MAXTHREADS) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "entries: bad threads");
         return NULL;
     }
     if (E.tensor == NULL)
@@ -1231,7 +1255,8 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(out);
                 return NULL;
             }
-            e = item_entry(PySequence_Fast_GET_ITEM(value, i), (int)mode, 1, key, fallback, pending, value);
+            e = item_entry(PySequence_Fast_GET_ITEM(value, i), (int)mode, (int)threads, 1, key, fallback, pending,
+                           value);
             Py_DECREF(key);
             if (e == NULL || PyList_Append(out, e) < 0) {
                 Py_XDECREF(e);
@@ -1257,7 +1282,8 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *kv = PyList_GET_ITEM(items, i);
             k = PyTuple_GET_ITEM(kv, 0);
             /* a "device" key's int or str is a torch.device entry: encode.py's */
-            e = item_entry(PyTuple_GET_ITEM(kv, 1), (int)mode, PyUnicode_Compare(k, K_device) != 0, k, fallback, pending, value);
+            e = item_entry(PyTuple_GET_ITEM(kv, 1), (int)mode, (int)threads, PyUnicode_Compare(k, K_device) != 0, k,
+                           fallback, pending, value);
             if (e == NULL || PyDict_SetItem(out, k, e) < 0) {
                 Py_XDECREF(e);
                 Py_DECREF(out);
@@ -1341,9 +1367,10 @@ static PyMethodDef methods[] = {
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
     {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,
-     "entries(value, fallback, pending, mode) -> msprobe's entries of a list, tuple or dict in summary mode 0 "
-     "(statistics), 1 (md5) or 2 (xor), its small CPU float32 tensors and scalars encoded here, the rest by "
-     "fallback; NotImplemented for another value"},
+     "entries(value, fallback, pending, mode[, threads]) -> msprobe's entries of a list, tuple or dict in summary "
+     "mode 0 (statistics), 1 (md5) or 2 (xor), its small CPU float32 tensors (with threads, torch's thread count: "
+     "its larger ones too, but for xor) and scalars encoded here, the rest by fallback; NotImplemented for another "
+     "value"},
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,

@@ -63,7 +63,9 @@ class DumpConfig:
     precision: str = "low"
     risk_level: str = "FOCUS"
     all_apis: bool = False  # widen L1 beyond msprobe's API list: every torch function call is recorded
-    stat_cache: bool = True  # reduce each distinct tensor once per step (off: every occurrence is reduced)
+    # reduce each distinct tensor once per step (off: every occurrence is reduced); only where records hold
+    # inputs, as an input is mostly an earlier call's output (see the encoder's use_cache)
+    stat_cache: bool = True
     overflow_nums: int = 1
     step_on: str = "optimizer"  # zero-code step boundary
     pending_bytes: int = 256 << 20  # tensor task: memory budget of queued writes
@@ -95,6 +97,11 @@ class DumpConfig:
     @property
     def output_enabled(self) -> bool:
         return "all" in self.data_mode or "output" in self.data_mode or "input" not in self.data_mode
+
+    @property
+    def inputs_recorded(self) -> bool:
+        """Records hold inputs: data_mode asks for them and the preset keeps them (monitor: outputs only)."""
+        return self.input_enabled and self.preset != "monitor"
 
 
 def _allowed(values) -> str:

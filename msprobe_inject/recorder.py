@@ -59,13 +59,13 @@ class Recorder:
         self.extra = cfg.extra_info
         self.fwd = cfg.forward_enabled
         self.bwd = cfg.backward_enabled
-        self.inp = cfg.input_enabled
+        self.inp = cfg.inputs_recorded
         self.outp = cfg.output_enabled
         self.params_on = self.fwd and self.outp
         self.module_bwd = self.bwd  # module backward records
         self.pgrads = self.bwd  # parameter-gradient records
         if cfg.preset == "monitor":  # module output norms and parameter-gradient norms, nothing else
-            self.fwd, self.outp, self.inp, self.params_on = True, True, False, False
+            self.fwd, self.outp, self.params_on = True, True, False
             self.module_bwd, self.pgrads = False, True
         self.zero_code = zero_code
         self.manual = not zero_code  # the script calls start/stop/step (zero-code: until it makes a debugger)

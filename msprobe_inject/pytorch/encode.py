@@ -800,11 +800,16 @@ class Encoder(entries.EncoderBase):
         use_torch_mean()
         self.cache = StatCache()
         self._devices = False  # a device float tensor was seen: values end with their norms batched
-        self.use_cache = cfg.stat_cache
+        # a value recurs within a step as the input of a later call (an output passed on, a gradient handed back):
+        # without inputs in the records, looking every tensor up costs more than the few repeats it saves
+        self.use_cache = cfg.stat_cache and cfg.inputs_recorded
         # the common value (small CPU float32 tensors and scalars) in one C call; its entries are _enc's
         self._entries = _fast_entries if self.summary in _ENTRY_MODES and not (self.structure or self.high) \
             and use_fast_entries() else None
         self._entry_mode = _ENTRY_MODES.get(self.summary, 0)
+        # without the cache, larger CPU float32 tensors too, through _f32_kernel's read (torch's thread count
+        # given per call: it may change); the xor mode's checksum of large tensors stays xor_hex's
+        self._large = self._entries is not None and not self.use_cache and _mean_fused and self.summary != "xor"
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
@@ -815,7 +820,7 @@ class Encoder(entries.EncoderBase):
         if self._entries is not None and file_prefix is None and not keys:
             start = len(pending)
             try:
-                got = self._entries(value, self._item, pending, self._entry_mode)
+                got = self._entries(value, self._item, pending, self._entry_mode, _num_threads() if self._large else 0)
             finally:  # as below: the device items the fallback queued get their norms, also if it raised
                 if self._devices and len(pending) > start:
                     self._finish(pending, start)
@@ -834,6 +839,19 @@ class Encoder(entries.EncoderBase):
                 torch._C._set_grad_enabled(True)
 
     def tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
+        if self._entries is not None and file_name is None:  # encode()'s C call, for the one tensor
+            try:
+                return self._entries((t,), self._one, pending, self._entry_mode,
+                                     _num_threads() if self._large else 0)[0]
+            except Exception:  # the C call itself failed (memory): the Python path, which never raises
+                pass
+        return self._tensor_entry(t, pending, file_name)
+
+    def _one(self, t: Any, key: Any, pending: Pending, top: Any) -> Dict[str, Any]:
+        """_fastats.entries' fallback for tensor()"""
+        return self._tensor_entry(t, pending, None)
+
+    def _tensor_entry(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
         prev = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         start = len(pending)
@@ -883,7 +901,7 @@ class Encoder(entries.EncoderBase):
             try:
                 return self._tensor(v, pending, name)
             except Exception:
-                return self.tensor(v, pending, name)  # logs and returns the error entry
+                return self._tensor_entry(v, pending, name)  # logs and returns the error entry
         if v is None:
             return None
         if tv is list or tv is tuple:  # the common containers: no namedtuple/dataclass probing

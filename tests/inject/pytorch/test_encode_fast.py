@@ -55,8 +55,25 @@ class Sub(torch.Tensor):
     pass
 
 
-def _tensor(rng: random.Random) -> torch.Tensor:
-    kind = rng.randrange(14)
+def _large(rng: random.Random) -> torch.Tensor:
+    """A tensor above the C path's small size: plain at an odd offset, permuted, or holding a NaN/Inf."""
+    n = rng.choice([4097, 32767, 32768, 131071, 131072, 262147, rng.randint(4097, 400_000)])
+    gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    t = torch.randn(n + 3, generator=gen) * 10.0 ** rng.randint(-6, 6)
+    kind = rng.randrange(4)
+    if kind == 1:
+        return t[:n - n % 12].view(-1, 3, 4).permute(2, 0, 1)  # dense in another order
+    if kind == 2:
+        t[rng.randrange(n)] = rng.choice([float("nan"), float("inf")])
+    if kind == 3:
+        return torch.nn.Parameter(t[:n])
+    return t[rng.randrange(4):][:n - 3]
+
+
+def _tensor(rng: random.Random, large: bool = False) -> torch.Tensor:
+    kind = rng.randrange(15 if large else 14)
+    if kind == 14:
+        return _large(rng)
     shape = [rng.randint(1, 9) for _ in range(rng.randint(1, 4))]
     scale = 10.0 ** rng.randint(-6, 6)
     t = torch.randn(*shape, generator=torch.Generator().manual_seed(rng.randrange(1 << 30))) * scale
@@ -93,29 +110,29 @@ def _tensor(rng: random.Random) -> torch.Tensor:
     return t
 
 
-def _leaf(rng: random.Random):
+def _leaf(rng: random.Random, large: bool = False):
     kind = rng.randrange(12)
     if kind < 6:
-        return _tensor(rng)
+        return _tensor(rng, large)
     return [None, True, 7, -2.5, "s", Color.RED][kind - 6]
 
 
-def _value(rng: random.Random):
+def _value(rng: random.Random, large: bool = False):
     n = rng.randint(0, 5)
     kind = rng.randrange(4)
     if kind == 0:
-        return [_leaf(rng) if rng.random() < 0.9 else [_leaf(rng), _leaf(rng)] for _ in range(n)]
+        return [_leaf(rng, large) if rng.random() < 0.9 else [_leaf(rng, large), _leaf(rng)] for _ in range(n)]
     if kind == 1:
-        return tuple(_leaf(rng) for _ in range(n))
+        return tuple(_leaf(rng, large) for _ in range(n))
     if kind == 2:
         keys = ["x", "alpha", "device", "dtype", "out"]
-        d = {rng.choice(keys): _leaf(rng) for _ in range(n)}
+        d = {rng.choice(keys): _leaf(rng, large) for _ in range(n)}
         if rng.random() < 0.3:
             d["device"] = rng.choice([0, "cpu", 1.5])
         if rng.random() < 0.2:
             d["dtype"] = torch.float16
         return d
-    return {3: _leaf(rng)} if n else _leaf(rng)  # a non-str key; a bare leaf
+    return {3: _leaf(rng, large)} if n else _leaf(rng, large)  # a non-str key; a bare leaf
 
 
 @pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
@@ -126,6 +143,52 @@ def test_the_c_entries_are_the_python_encoders_bit_for_bit(seed, summary):
     for i in range(300):
         value = _value(rng)
         assert _text(enc, value, True) == _text(enc, value, False), (seed, i, value)
+
+
+@pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_without_the_cache_large_tensors_take_the_c_path_with_the_python_encoders_bits(threads, summary):
+    # outputs only: no statistics cache, so the C call reads large tensors too, split over torch's threads
+    enc = _encoder(summary_mode=summary, data_mode=["output"])
+    assert not enc.use_cache and enc._large == (summary != "xor" and encode._mean_fused)
+    rng = random.Random(threads * 7 + len(summary))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for i in range(60):
+            value = _value(rng, large=True)
+            assert _text(enc, value, True) == _text(enc, value, False), (threads, i)
+            t = _large(rng)
+            if t.is_contiguous() or summary == "statistics":
+                fast = enc.tensor(t, Pending(), None)
+                assert fast == enc._tensor_entry(t, Pending(), None), (threads, i, t.shape)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_large_tensors_are_read_in_c_only_when_the_encoder_passes_the_thread_count():
+    big = torch.randn(300_001)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            got = encode._fast_entries([big], lambda *a: "python", [], 0, threads)[0]
+            assert got != "python" and got["Mean"] == big.mean().item() and got["Max"] == big.max().item()
+    finally:
+        torch.set_num_threads(before)
+    assert encode._fast_entries([big], lambda *a: "python", [], 0) == ["python"]  # the cache's to look up
+    assert encode._fast_entries([big], lambda *a: "python", [], 2, 2) == ["python"]  # xor: xor_hex
+    crc = encode._fast_entries([big], None, [], 1, 2)[0]["md5"]
+    assert crc == encode.crc32_hex(big)
+    with pytest.raises(ValueError):
+        encode._fast_entries([big], None, [], 0, -1)
+
+
+def test_the_cache_is_kept_where_records_hold_inputs():
+    assert _encoder().use_cache and not _encoder()._large
+    assert not _encoder(data_mode=["output"]).use_cache
+    assert not _encoder(preset="monitor", level="L0").use_cache
+    assert not _encoder(stat_cache=False).use_cache and _encoder(stat_cache=False)._large == encode._mean_fused
 
 
 def test_the_c_path_encodes_the_common_values_itself():

@@ -4,12 +4,11 @@ thread or on the writer thread, and a statistic that cannot be computed is named
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 import torch.distributed as dist
 
+from msprobe_inject.config import DumpConfig
 from msprobe_inject.pytorch import encode
 
 
@@ -24,7 +23,7 @@ class _Writer:
 def _encoder(**cfg):
     base = dict(precision="low", summary_mode="statistics", task="statistics", tensor_list=[], stat_cache=True)
     base.update(cfg)
-    return encode.Encoder(types.SimpleNamespace(**base), lambda: "/nonexistent", _Writer())
+    return encode.Encoder(DumpConfig(dump_path="unused", **base), lambda: "/nonexistent", _Writer())
 
 
 @pytest.fixture(scope="module")
