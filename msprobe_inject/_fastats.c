@@ -992,7 +992,8 @@ static struct {
     Py_ssize_t max_numel;
 } E;
 static PyObject *S_dtype, *S_layout, *S_is_cpu, *S_is_neg, *S_is_contiguous, *S_data_ptr, *S_numel, *S_shape,
-    *S_requires_grad, *S_stride, *K_md5, *K_type, *K_dtype, *K_shape, *K_max, *K_min, *K_mean, *K_norm, *K_requires_grad, *K_value,
+    *S_requires_grad, *S_stride, *S_version, *S_device, *S_untyped_storage, *S_entries, *S_hits, *S_misses,
+    *S_bytes_reduced, *K_md5, *K_type, *K_dtype, *K_shape, *K_max, *K_min, *K_mean, *K_norm, *K_requires_grad, *K_value,
     *K_device, *V_tensor, *V_float32, *V_bool, *V_int, *V_float, *V_str;
 #define NOT_MINE ((PyObject *)&E) /* a leaf encode.py must do: no exception set */
 
@@ -1002,7 +1003,9 @@ intern_names(void)
 #define I(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
     I(S_dtype, "dtype"); I(S_layout, "layout"); I(S_is_cpu, "is_cpu"); I(S_is_neg, "is_neg");
     I(S_is_contiguous, "is_contiguous"); I(S_data_ptr, "data_ptr"); I(S_numel, "numel"); I(S_shape, "shape");
-    I(S_requires_grad, "requires_grad"); I(S_stride, "stride"); I(K_md5, "md5"); I(K_type, "type"); I(K_dtype, "dtype"); I(K_shape, "shape");
+    I(S_requires_grad, "requires_grad"); I(S_stride, "stride"); I(S_version, "_version"); I(S_device, "device");
+    I(S_untyped_storage, "untyped_storage"); I(S_entries, "entries"); I(S_hits, "hits"); I(S_misses, "misses");
+    I(S_bytes_reduced, "bytes_reduced"); I(K_md5, "md5"); I(K_type, "type"); I(K_dtype, "dtype"); I(K_shape, "shape");
     I(K_max, "Max"); I(K_min, "Min"); I(K_mean, "Mean"); I(K_norm, "Norm"); I(K_requires_grad, "requires_grad");
     I(K_value, "value"); I(K_device, "device"); I(V_tensor, "torch.Tensor"); I(V_float32, "torch.float32");
     I(V_bool, "bool"); I(V_int, "int"); I(V_float, "float"); I(V_str, "str");
@@ -1094,9 +1097,97 @@ permuted_dense(PyObject *t)
 
 enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2 }; /* the summary modes, as encode.py's _ENTRY_MODES */
 
-/* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py */
+/* ---- encode.StatCache, for the tensors above max elements read here: the same dict, keys and values as
+ * encode.py's StatCache.key/get/put, so that a tensor read by either path is found by both ---- */
+static PyObject *C_ready;    /* encode.READY: the kind of figures that are final */
+#define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
+static int C_storage_refs;   /* encode._STORAGE_REFS: a storage's Python object lives as long as the storage */
+
+/* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device); NULL (no error set) if a getter failed */
 static PyObject *
-tensor_entry(PyObject *t, int mode, int threads)
+cache_key(PyObject *t, PyObject *ptr, PyObject *size)
+{
+    PyObject *stride = PyObject_CallMethodNoArgs(t, S_stride), *version = PyObject_GetAttr(t, S_version),
+             *device = PyObject_GetAttr(t, S_device), *key = NULL;
+    if (stride != NULL && version != NULL && device != NULL)
+        key = PyTuple_Pack(6, ptr, E.f32, size, stride, version, device);
+    Py_XDECREF(stride);
+    Py_XDECREF(version);
+    Py_XDECREF(device);
+    if (key == NULL)
+        PyErr_Clear();
+    return key;
+}
+
+static void
+counter_add(PyObject *cache, PyObject *name, Py_ssize_t k)
+{
+    PyObject *v = PyObject_GetAttr(cache, name), *w = NULL, *kk = PyLong_FromSsize_t(k);
+    if (v != NULL && kk != NULL && (w = PyNumber_Add(v, kk)) != NULL)
+        PyObject_SetAttr(cache, name, w);
+    Py_XDECREF(v);
+    Py_XDECREF(w);
+    Py_XDECREF(kk);
+    PyErr_Clear();
+}
+
+/* StatCache.get for final figures: the (Max, Min, Mean, Norm) tuple (new reference) and, for md5, the CRC's hex
+ * text in *crc (new reference); NULL, no error set, for no usable entry */
+static PyObject *
+cache_get(PyObject *cache, PyObject *entries, PyObject *key, int md5, PyObject **crc)
+{
+    PyObject *e = PyDict_GetItemWithError(entries, key); /* borrowed */
+    if (e == NULL || !PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_INCREF(e); /* the owner's data_ptr() below runs Python code that may drop the dict's hold */
+    PyObject *stat = NULL, *owner = PyObject_CallNoArgs(PyTuple_GET_ITEM(e, 0));
+    PyObject *optr = owner == NULL || owner == Py_None ? NULL : PyObject_CallMethodNoArgs(owner, S_data_ptr);
+    PyObject *figures = PyTuple_GET_ITEM(e, 1), *c = PyTuple_GET_ITEM(e, 3);
+    if (optr != NULL && PyObject_RichCompareBool(optr, PyTuple_GET_ITEM(e, PyTuple_GET_SIZE(e) - 1), Py_EQ) == 1
+        && PyTuple_GET_ITEM(e, 2) == C_ready && PyTuple_Check(figures) && PyTuple_GET_SIZE(figures) == 4
+        && (!md5 || PyUnicode_Check(c))) {
+        stat = NEW_REF(figures);
+        *crc = md5 ? NEW_REF(c) : NULL;
+        counter_add(cache, S_hits, 1);
+    }
+    Py_XDECREF(owner);
+    Py_XDECREF(optr);
+    Py_DECREF(e);
+    PyErr_Clear();
+    return stat;
+}
+
+/* StatCache.put: (weak reference to the owner, figures, READY, crc or None, no file, the owner's data_ptr()) */
+static void
+cache_put(PyObject *cache, PyObject *entries, PyObject *key, PyObject *t, PyObject *stat, PyObject *crc, Py_ssize_t n)
+{
+    counter_add(cache, S_misses, 1);
+    counter_add(cache, S_bytes_reduced, 4 * n);
+    PyObject *owner = C_storage_refs ? PyObject_CallMethodNoArgs(t, S_untyped_storage) : NULL;
+    if (owner == NULL) {
+        PyErr_Clear();
+        owner = NEW_REF(t);
+    }
+    PyObject *ref = PyWeakref_NewRef(owner, NULL), *optr = PyObject_CallMethodNoArgs(owner, S_data_ptr), *value;
+    if (ref != NULL && optr != NULL
+        && (value = PyTuple_Pack(6, ref, stat, C_ready, crc ? crc : Py_None, Py_None, optr)) != NULL) {
+        if (PyDict_Size(entries) > 200000)
+            PyDict_Clear(entries);
+        PyDict_SetItem(entries, key, value);
+        Py_DECREF(value);
+    }
+    Py_XDECREF(ref);
+    Py_XDECREF(optr);
+    Py_DECREF(owner);
+    PyErr_Clear();
+}
+
+/* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
+ * encode.StatCache for those, or None */
+static PyObject *
+tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
 {
     PyObject *o = PyObject_CallMethodNoArgs(t, S_numel); /* first: a large tensor is encode.py's at once */
     if (o == NULL) {
@@ -1116,26 +1207,36 @@ tensor_entry(PyObject *t, int mode, int threads)
     /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
     if (!attr_is(t, S_is_contiguous, 1, Py_True) && (mode != MODE_STATISTICS || !permuted_dense(t)))
         return NOT_MINE;
-    o = PyObject_CallMethodNoArgs(t, S_data_ptr);
-    const float *p = o == NULL ? NULL : PyLong_AsVoidPtr(o);
-    Py_XDECREF(o);
+    PyObject *ptr = PyObject_CallMethodNoArgs(t, S_data_ptr);
+    const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
     if (p == NULL) { /* no storage (a functorch or fake tensor) */
+        Py_XDECREF(ptr);
         PyErr_Clear();
         return NOT_MINE;
     }
     PyObject *size = PyObject_GetAttr(t, S_shape);
     if (size == NULL || !PyTuple_Check(size)) {
+        Py_DECREF(ptr);
         Py_XDECREF(size);
         PyErr_Clear();
         return NOT_MINE;
     }
     PyObject *rg = PyObject_GetAttr(t, S_requires_grad);
     if (rg == NULL || (rg != Py_True && rg != Py_False)) {
+        Py_DECREF(ptr);
         Py_DECREF(size);
         Py_XDECREF(rg);
         PyErr_Clear();
         return NOT_MINE;
     }
+    PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
+    if (large && cache != Py_None) {
+        entries = PyObject_GetAttr(cache, S_entries);
+        if (entries != NULL && PyDict_Check(entries) && (key = cache_key(t, ptr, size)) != NULL)
+            stat = cache_get(cache, entries, key, mode == MODE_MD5, &crc);
+        PyErr_Clear();
+    }
+    Py_DECREF(ptr);
     int scalar = PyTuple_GET_SIZE(size) == 0;
     char hex[24];
     PyObject *d = NOT_MINE;
@@ -1152,6 +1253,13 @@ tensor_entry(PyObject *t, int mode, int threads)
         d = dict_of(kv, 5);
         Py_XDECREF(shape);
         Py_XDECREF(sum);
+    } else if (stat != NULL) { /* a cached tensor's figures */
+        PyObject *shape = PySequence_List(size);
+        PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(stat, 0),
+                            K_min, PyTuple_GET_ITEM(stat, 1), K_mean, PyTuple_GET_ITEM(stat, 2),
+                            K_norm, PyTuple_GET_ITEM(stat, 3), K_requires_grad, rg, K_md5, crc};
+        d = dict_of(kv, mode == MODE_MD5 ? 9 : 8);
+        Py_XDECREF(shape);
     } else if (!(scalar && mode == MODE_MD5)) { /* a 0-d tensor's md5 is encode.py's */
         result_t r;
         double mean, norm;
@@ -1182,6 +1290,12 @@ tensor_entry(PyObject *t, int mode, int threads)
                                 K_norm, PyFloat_FromDouble(norm), K_requires_grad, rg,
                                 K_md5, mode == MODE_MD5 ? PyUnicode_FromString(hex) : NULL};
             d = dict_of(kv, mode == MODE_MD5 ? 9 : 8);
+            if (d != NULL && key != NULL) {
+                PyObject *figures = PyTuple_Pack(4, kv[7], kv[9], kv[11], kv[13]);
+                if (figures != NULL)
+                    cache_put(cache, entries, key, t, figures, kv[17], n);
+                Py_XDECREF(figures);
+            }
             for (int i = 5; i < 14; i += 2)
                 Py_XDECREF(kv[i]);
             Py_XDECREF(kv[17]);
@@ -1189,15 +1303,19 @@ tensor_entry(PyObject *t, int mode, int threads)
     }
     Py_DECREF(size);
     Py_DECREF(rg);
+    Py_XDECREF(entries);
+    Py_XDECREF(key);
+    Py_XDECREF(stat);
+    Py_XDECREF(crc);
     return d;
 }
 
 static PyObject *
-leaf_entry(PyObject *v, int mode, int threads)
+leaf_entry(PyObject *v, int mode, int threads, PyObject *cache)
 {
     PyTypeObject *tp = Py_TYPE(v);  /* exact types: encode.py's isinstance tests differ for subclasses */
     if ((PyObject *)tp == E.tensor || (PyObject *)tp == E.param)
-        return tensor_entry(v, mode, threads);
+        return tensor_entry(v, mode, threads, cache);
     if (v == Py_None)
         Py_RETURN_NONE;
     PyObject *name = tp == &PyBool_Type ? V_bool : tp == &PyLong_Type ? V_int : tp == &PyFloat_Type ? V_float
@@ -1210,26 +1328,32 @@ leaf_entry(PyObject *v, int mode, int threads)
 
 /* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
 static PyObject *
-item_entry(PyObject *v, int mode, int threads, int mine, PyObject *key, PyObject *fallback, PyObject *pending,
-           PyObject *value)
+item_entry(PyObject *v, int mode, int threads, PyObject *cache, int mine, PyObject *key, PyObject *fallback,
+           PyObject *pending, PyObject *value)
 {
     Py_INCREF(v); /* torch's getters may run Python code (a mode's handler) that drops the container's hold */
-    PyObject *e = mine ? leaf_entry(v, mode, threads) : NOT_MINE;
+    PyObject *e = mine ? leaf_entry(v, mode, threads, cache) : NOT_MINE;
     if (e == NOT_MINE)
         e = PyObject_CallFunctionObjArgs(fallback, v, key, pending, value, NULL);
     Py_DECREF(v);
     return e;
 }
 
-/* entries(value, fallback, pending, mode[, threads]) -> the encoded list, tuple or dict, or NotImplemented for another
- * value or a dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback,
+/* entries(value, fallback, pending, mode[, threads[, cache]]) -> the encoded list, tuple or dict, or NotImplemented for
+ * another value or a dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback,
  * encode.py's, with their index or key, pending and value: the same call it would make for them. threads (torch's
- * intra-op thread count, default 0): tensors above entries_setup's max elements are encoded here too. */
+ * intra-op thread count, default 0): tensors above entries_setup's max elements are encoded here too, looked up in
+ * and added to cache (encode.StatCache) unless it is None (the default). */
 static PyObject *
 fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 && nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending, mode[, threads])");
+    if (nargs < 4 || nargs > 6) {
+        PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending, mode[, threads[, cache]])");
+        return NULL;
+    }
+    PyObject *cache = nargs == 6 ? args[5] : Py_None;
+    if (cache != Py_None && C_ready == NULL) {
+        PyErr_SetString(PyExc_ValueError, "entries: a cache before cache_setup");
         return NULL;
     }
     PyObject *value = args[0], *fallback = args[1], *pending = args[2], *out, *e, *key;
@@ -1239,7 +1363,7 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5) or 2 (xor)");
         return NULL;
     }
-    long threads = nargs == 5 ? PyLong_AsLong(args[4]) : 0;
+    long threads = nargs >= 5 ? PyLong_AsLong(args[4]) : 0;
     if (threads < 0 || threads > TS_MAXTHREADS) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "entries: bad threads");
@@ -1255,8 +1379,8 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(out);
                 return NULL;
             }
-            e = item_entry(PySequence_Fast_GET_ITEM(value, i), (int)mode, (int)threads, 1, key, fallback, pending,
-                           value);
+            e = item_entry(PySequence_Fast_GET_ITEM(value, i), (int)mode, (int)threads, cache, 1, key, fallback,
+                           pending, value);
             Py_DECREF(key);
             if (e == NULL || PyList_Append(out, e) < 0) {
                 Py_XDECREF(e);
@@ -1282,8 +1406,8 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *kv = PyList_GET_ITEM(items, i);
             k = PyTuple_GET_ITEM(kv, 0);
             /* a "device" key's int or str is a torch.device entry: encode.py's */
-            e = item_entry(PyTuple_GET_ITEM(kv, 1), (int)mode, (int)threads, PyUnicode_Compare(k, K_device) != 0, k,
-                           fallback, pending, value);
+            e = item_entry(PyTuple_GET_ITEM(kv, 1), (int)mode, (int)threads, cache, PyUnicode_Compare(k, K_device) != 0,
+                           k, fallback, pending, value);
             if (e == NULL || PyDict_SetItem(out, k, e) < 0) {
                 Py_XDECREF(e);
                 Py_DECREF(out);
@@ -1319,6 +1443,23 @@ fastats_entries_setup(PyObject *self, PyObject *args)
     Py_XDECREF(E.tensor), Py_XDECREF(E.param), Py_XDECREF(E.f32), Py_XDECREF(E.strided);
     E.tensor = tensor, E.param = param, E.f32 = f32, E.strided = strided;
     E.lanes = lanes, E.max_numel = max_numel;
+    Py_RETURN_NONE;
+}
+
+/* cache_setup(READY, storage_refs): what encode.StatCache's entries hold, for entries' cache */
+static PyObject *
+fastats_cache_setup(PyObject *self, PyObject *args)
+{
+    PyObject *ready;
+    int refs;
+    if (!PyArg_ParseTuple(args, "Up", &ready, &refs))
+        return NULL;
+    if (S_dtype == NULL && intern_names() < 0)
+        return NULL;
+    Py_INCREF(ready);
+    Py_XDECREF(C_ready);
+    C_ready = ready;
+    C_storage_refs = refs;
     Py_RETURN_NONE;
 }
 
@@ -1367,10 +1508,13 @@ static PyMethodDef methods[] = {
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
     {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,
-     "entries(value, fallback, pending, mode[, threads]) -> msprobe's entries of a list, tuple or dict in summary "
-     "mode 0 (statistics), 1 (md5) or 2 (xor), its small CPU float32 tensors (with threads, torch's thread count: "
-     "its larger ones too, but for xor) and scalars encoded here, the rest by fallback; NotImplemented for another "
-     "value"},
+     "entries(value, fallback, pending, mode[, threads[, cache]]) -> msprobe's entries of a list, tuple or dict in "
+     "summary mode 0 (statistics), 1 (md5) or 2 (xor), its small CPU float32 tensors (with threads, torch's thread "
+     "count: its larger ones too, but for xor, through cache unless None) and scalars encoded here, the rest by "
+     "fallback; NotImplemented for another value"},
+    {"cache_setup", fastats_cache_setup, METH_VARARGS,
+     "cache_setup(READY, storage_refs): the final kind and whether a storage's Python object lives as long as the "
+     "storage, for the statistics cache entries looks up and fills"},
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,

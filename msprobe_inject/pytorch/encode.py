@@ -60,10 +60,11 @@ try:  # large reads shared with torch's OpenMP team (a kernel built before it la
 except ImportError:  # pragma: no cover - the training thread reads alone
     _fast_use_omp = None
 try:  # a whole value's entries in one call (a kernel built before it lacks the function)
+    from .._fastats import cache_setup as _fast_cache_setup
     from .._fastats import entries as _fast_entries
     from .._fastats import entries_setup as _fast_entries_setup
 except ImportError:  # pragma: no cover - the Python encoder alone
-    _fast_entries = _fast_entries_setup = None
+    _fast_entries = _fast_entries_setup = _fast_cache_setup = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -578,6 +579,7 @@ def use_fast_entries() -> bool:
         if _fast_entries_setup is not None and use_torch_mean():
             try:
                 _fast_entries_setup(_TENSOR, _PARAM, _F32, _STRIDED, _tmean_lanes, _CHEAP_UPTO)
+                _fast_cache_setup(READY, _STORAGE_REFS)
                 _entries_on = True
             except Exception:  # the Python encoder alone
                 pass
@@ -807,9 +809,9 @@ class Encoder(entries.EncoderBase):
         self._entries = _fast_entries if self.summary in _ENTRY_MODES and not (self.structure or self.high) \
             and use_fast_entries() else None
         self._entry_mode = _ENTRY_MODES.get(self.summary, 0)
-        # without the cache, larger CPU float32 tensors too, through _f32_kernel's read (torch's thread count
-        # given per call: it may change); the xor mode's checksum of large tensors stays xor_hex's
-        self._large = self._entries is not None and not self.use_cache and _mean_fused and self.summary != "xor"
+        # larger CPU float32 tensors too, through _f32_kernel's read (torch's thread count given per call: it may
+        # change) and this cache (StatCache's dict, keys and values); the xor mode's checksum of those stays xor_hex's
+        self._large = self._entries is not None and _mean_fused and self.summary != "xor"
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
@@ -820,7 +822,8 @@ class Encoder(entries.EncoderBase):
         if self._entries is not None and file_prefix is None and not keys:
             start = len(pending)
             try:
-                got = self._entries(value, self._item, pending, self._entry_mode, _num_threads() if self._large else 0)
+                got = self._entries(value, self._item, pending, self._entry_mode, _num_threads() if self._large else 0,
+                                    self.cache if self.use_cache else None)
             finally:  # as below: the device items the fallback queued get their norms, also if it raised
                 if self._devices and len(pending) > start:
                     self._finish(pending, start)
@@ -841,8 +844,8 @@ class Encoder(entries.EncoderBase):
     def tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
         if self._entries is not None and file_name is None:  # encode()'s C call, for the one tensor
             try:
-                return self._entries((t,), self._one, pending, self._entry_mode,
-                                     _num_threads() if self._large else 0)[0]
+                return self._entries((t,), self._one, pending, self._entry_mode, _num_threads() if self._large else 0,
+                                     self.cache if self.use_cache else None)[0]
             except Exception:  # the C call itself failed (memory): the Python path, which never raises
                 pass
         return self._tensor_entry(t, pending, file_name)

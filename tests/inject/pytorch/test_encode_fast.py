@@ -57,12 +57,12 @@ class Sub(torch.Tensor):
 
 def _large(rng: random.Random) -> torch.Tensor:
     """A tensor above the C path's small size: plain at an odd offset, permuted, or holding a NaN/Inf."""
-    n = rng.choice([4097, 32767, 32768, 131071, 131072, 262147, rng.randint(4097, 400_000)])
+    n = rng.choice([4112, 32767, 32771, 131071, 131075, 262147, rng.randint(4112, 400_000)])  # above 4,096 as cut
     gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
     t = torch.randn(n + 3, generator=gen) * 10.0 ** rng.randint(-6, 6)
     kind = rng.randrange(4)
     if kind == 1:
-        return t[:n - n % 12].view(-1, 3, 4).permute(2, 0, 1)  # dense in another order
+        return t[:12 * (n // 12)].view(-1, 3, 4).permute(2, 0, 1)  # dense in another order
     if kind == 2:
         t[rng.randrange(n)] = rng.choice([float("nan"), float("inf")])
     if kind == 3:
@@ -176,19 +176,51 @@ def test_large_tensors_are_read_in_c_only_when_the_encoder_passes_the_thread_cou
             assert got != "python" and got["Mean"] == big.mean().item() and got["Max"] == big.max().item()
     finally:
         torch.set_num_threads(before)
-    assert encode._fast_entries([big], lambda *a: "python", [], 0) == ["python"]  # the cache's to look up
+    assert encode._fast_entries([big], lambda *a: "python", [], 0) == ["python"]  # no thread count: the Python's
     assert encode._fast_entries([big], lambda *a: "python", [], 2, 2) == ["python"]  # xor: xor_hex
     crc = encode._fast_entries([big], None, [], 1, 2)[0]["md5"]
     assert crc == encode.crc32_hex(big)
+    cache = encode.StatCache()  # with the cache: read once, then looked up, in C
+    got = encode._fast_entries([big, big, big.t()], lambda *a: "python", [], 1, torch.get_num_threads(), cache)
+    assert "python" not in got and got[0] == got[1] == got[2] and got[0]["md5"] == crc
+    assert (cache.misses, cache.hits, cache.bytes_reduced) == (1, 2, 4 * big.numel()) and len(cache.entries) == 1
     with pytest.raises(ValueError):
         encode._fast_entries([big], None, [], 0, -1)
 
 
 def test_the_cache_is_kept_where_records_hold_inputs():
-    assert _encoder().use_cache and not _encoder()._large
+    assert _encoder().use_cache and _encoder()._large == encode._mean_fused
     assert not _encoder(data_mode=["output"]).use_cache
     assert not _encoder(preset="monitor", level="L0").use_cache
-    assert not _encoder(stat_cache=False).use_cache and _encoder(stat_cache=False)._large == encode._mean_fused
+    assert not _encoder(stat_cache=False).use_cache
+
+
+@pytest.mark.parametrize("summary", ["statistics", "md5"])
+def test_large_tensors_read_in_c_share_the_statistics_cache_with_the_python_encoder(summary):
+    if not encode._mean_fused:
+        pytest.skip("f32_mean does not reproduce torch.mean here")
+    enc = _encoder(summary_mode=summary)
+    ref = _encoder(summary_mode=summary, stat_cache=False)
+    rng = random.Random(11)
+    for i in range(40):
+        ts = [_large(rng) for _ in range(3)]
+        if summary == "md5":  # a checksum reads only contiguous tensors in C
+            ts = [t if t.is_contiguous() else t.contiguous() for t in ts]
+        value = [ts[j] for j in (0, 1, 0, 2, 1, 0)]  # the repeats from the cache
+        hits = enc.cache.hits
+        assert _text(enc, value, True) == _text(ref, value, False), i
+        finite = [t for t in ts if bool(torch.isfinite(t).all())]  # non-finite ones are the Python encoder's
+        assert enc.cache.hits - hits >= len(value) - len(ts) - 3 * (len(ts) - len(finite)), i
+        for t in finite:  # found by the Python encoder (a dict with a non-str key is its value)
+            hits = enc.cache.hits
+            assert _text(enc, {3: t}, True) == _text(ref, {3: t}, False) and enc.cache.hits == hits + 1, i
+    t = torch.randn(50_000)
+    first = enc.tensor(t, Pending(), None)
+    assert enc.tensor(t, Pending(), None) == first
+    with torch.no_grad():
+        t.mul_(2.0)  # a new version: read again
+    again = enc.tensor(t, Pending(), None)
+    assert again["Max"] == first["Max"] * 2 and again == ref.tensor(t, Pending(), None)
 
 
 def test_the_c_path_encodes_the_common_values_itself():
