@@ -204,3 +204,45 @@ print("GRAD", m.sp.w.grad.tolist())
     assert "GRAD [[" in proc.stdout
     log = open(os.path.join(rank_dir(str(tmp_path / "d")), "dump_error_info.log")).read()
     assert "Module.sp.SparseMM.backward.0: backward capture not set up" in log
+
+
+def test_parameter_gradients_are_those_of_the_modules_own_parameters_at_each_forward(tmp_path):
+    """A module's gradient record names each of its own parameters once, as named_parameters(recurse=False) yields
+    them: no None, no frozen one, a parameter registered under two names once; a parameter replaced between
+    forwards (as FSDP2 swaps them) is hooked again, its gradient recorded, the old one's no more."""
+    code = PREAMBLE + """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 3))
+        self.register_parameter("none", None)
+        self.frozen = nn.Parameter(torch.randn(3), requires_grad=False)
+        self.alias = self.w
+
+    def forward(self, x):
+        return x @ self.w + self.frozen
+
+top = nn.Sequential()
+top.m = M()
+m = top.m
+x = torch.randn(2, 3)
+debugger = PrecisionDebugger(dump_path="d", level="L0")
+for step in range(2):
+    debugger.start(model=top)
+    top(x).sum().backward()
+    print("NORM", step, float(m.w.grad.norm()))
+    debugger.stop(); debugger.step()
+    with torch.no_grad():
+        m.w = nn.Parameter(m.w * 3.0)  # a new object under the same name (and alias keeps the old one)
+"""
+    proc = run_py(code, str(tmp_path))
+    norms = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("NORM"))
+    for step in (0, 1):
+        d = load_dump(str(tmp_path / "d"), step=step)["data"]
+        grads = {k: v for k, v in d.items() if ".parameters_grad." in k}
+        assert list(grads) == ["Module.m.M.parameters_grad.0"], (step, list(grads))
+        # step 1: w is the new parameter, alias the old one, unused in forward: no gradient
+        assert set(grads["Module.m.M.parameters_grad.0"]) == {"w"}, (step, grads)
+        assert abs(grads["Module.m.M.parameters_grad.0"]["w"][0]["Norm"] - float(norms[str(step)])) < 1e-4
+        log = os.path.join(rank_dir(str(tmp_path / "d"), step), "dump_error_info.log")
+        assert not os.path.exists(log), open(log).read()
