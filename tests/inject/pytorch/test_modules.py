@@ -207,9 +207,9 @@ print("GRAD", m.sp.w.grad.tolist())
 
 
 def test_parameter_gradients_are_those_of_the_modules_own_parameters_at_each_forward(tmp_path):
-    """A module's gradient record names each of its own parameters once, as named_parameters(recurse=False) yields
-    them: no None, no frozen one, a parameter registered under two names once; a parameter replaced between
-    forwards (as FSDP2 swaps them) is hooked again, its gradient recorded, the old one's no more."""
+    """A module's records name each of its own parameters once, as named_parameters(recurse=False) yields them:
+    no None, a parameter registered under two names once (and the gradient record no frozen one); a parameter
+    replaced between forwards (as FSDP2 swaps them) is hooked again, its gradient recorded, the old one's no more."""
     code = PREAMBLE + """
 class M(nn.Module):
     def __init__(self):
@@ -244,5 +244,7 @@ for step in range(2):
         # step 1: w is the new parameter, alias the old one, unused in forward: no gradient
         assert set(grads["Module.m.M.parameters_grad.0"]) == {"w"}, (step, grads)
         assert abs(grads["Module.m.M.parameters_grad.0"]["w"][0]["Norm"] - float(norms[str(step)])) < 1e-4
+        own = {"w", "frozen"} | ({"alias"} if step else set())  # frozen too; alias, once another object
+        assert set(d["Module.m.M.forward.0"]["parameters"]) == own, step
         log = os.path.join(rank_dir(str(tmp_path / "d"), step), "dump_error_info.log")
         assert not os.path.exists(log), open(log).read()
