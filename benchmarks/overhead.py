@@ -267,8 +267,12 @@ def main() -> None:
           "(aminmax over 256 MiB)")
     print(f"{'configuration':<22}{'MB read/step':>14}{'floor ms':>10}{'overhead ms':>13}{'x floor':>9}")
     for n, c in CACHE.items():
-        floor_ms = c["bytes_per_step"] / bw * 1000
         over = result["configs"][n]["median_ms"] - result["step_ms_none"]
+        if not c["bytes_per_step"]:  # records without inputs go without the statistics cache, which counts the bytes
+            result["configs"][n].update(cache=c, overhead_ms=over)
+            print(f"{n:<22}{'(no cache)':>14}{'':>10}{over:>13.1f}")
+            continue
+        floor_ms = c["bytes_per_step"] / bw * 1000
         result["configs"][n].update(cache=c, floor_ms=floor_ms, overhead_ms=over)
         print(f"{n:<22}{c['bytes_per_step'] / 1e6:>14.1f}{floor_ms:>10.1f}{over:>13.1f}{over / floor_ms:>9.1f}")
     with open(a.json, "w") as fh:

@@ -16,54 +16,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from overhead import CONFIGS, gpt2, train_step  # noqa: E402
-
-
-def _timed(f, slot: list):
-    def timed(*a, **k):
-        t0 = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            slot[0] += time.perf_counter() - t0
-
-    return timed
+from abba import alternate, debugger_for, each_config  # noqa: E402
+from overhead import gpt2, train_step  # noqa: E402
+from shared_read import timed  # noqa: E402
 
 
 def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
-    import msprobe_inject.pytorch as dbg
     from msprobe_inject.pytorch import modules
 
-    settings = CONFIGS[name][1]
-    cfg = {"task": "statistics", "statistics": {}, "dump_path": os.path.join(tmp, "dump"), "level": settings["level"],
-           **{k: settings[k] for k in ("flight_recorder", "preset") if k in settings}}
-    path = os.path.join(tmp, "config.json")
-    with open(path, "w") as fh:
-        json.dump(cfg, fh)
     tool = [0.0]
     hooks = modules.ModuleHooks
     for m in ("_pre", "_post", "_post_nokw"):  # bound when the debugger installs them: wrapped before
-        setattr(hooks, m, _timed(getattr(hooks, m), tool))
+        setattr(hooks, m, timed(getattr(hooks, m), tool))
     for m in ("_param_grad_hook", "_bw_hook", "_bw_pre"):  # factories of the per-site hooks
-        setattr(hooks, m, (lambda make: lambda self, *a: _timed(make(self, *a), tool))(getattr(hooks, m)))
-    debugger = dbg.PrecisionDebugger(config_path=path)
+        setattr(hooks, m, (lambda make: lambda self, *a: timed(make(self, *a), tool))(getattr(hooks, m)))
+    debugger = debugger_for(name, tmp)
     for m in ("start", "stop", "step"):
-        setattr(debugger, m, _timed(getattr(debugger, m), tool))
+        setattr(debugger, m, timed(getattr(debugger, m), tool))
     enc = debugger.runtime.encoder
     if not enc._large:
         raise SystemExit(f"{name}: the C call does not take large tensors here (no kernel, or torch's mean differs)")
     configured = enc.use_cache
 
-    def way(c: bool) -> None:
+    def set_way(way: str) -> None:
+        c = way == "c"
         enc.use_cache, enc._large = configured if c else True, c
         if c:
             enc.__dict__.pop("tensor", None)
@@ -71,18 +53,8 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
             enc.tensor = enc._tensor_entry
 
     model, opt, ids = gpt2()
-    got: dict = {w: {"step": [], "tool": []} for w in ("python", "c")}
-    for i in range(warmup + steps):
-        w = ("c", "python", "python", "c")[i % 4]
-        way(w == "c")
-        tool[0] = 0.0
-        t0 = time.perf_counter()
-        train_step(model, opt, ids, debugger)
-        t1 = time.perf_counter()
-        if i >= warmup:
-            got[w]["step"].append(t1 - t0)
-            got[w]["tool"].append(tool[0])
-    return {w: {k: statistics.median(v) * 1e3 for k, v in d.items()} for w, d in got.items()}
+    return alternate(("c", "python"), set_way, lambda: train_step(model, opt, ids, debugger), {"tool": tool}, steps,
+                     warmup)
 
 
 def main() -> None:
@@ -97,13 +69,7 @@ def main() -> None:
             print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp)), flush=True)
         return
     print(f"{'configuration':<16}{'':>7}{'step':>9}{'tool':>9}   ms per step, median of {a.steps // 2} each way")
-    for name in a.only.split(";"):
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--steps", str(a.steps),
-                               "--warmup", str(a.warmup)], capture_output=True, text=True, timeout=3600)
-        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if not line:
-            raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
-        r = json.loads(line[0][7:])
+    for name, r in each_config(__file__, a.only, a.steps, a.warmup):
         for w in ("python", "c"):
             print(f"{name if w == 'python' else '':<16}{w:>7}{r[w]['step']:>9.1f}{r[w]['tool']:>9.2f}")
         print(f"{'':<16}{'ratio':>7}{r['c']['step'] / r['python']['step']:>9.3f}"

@@ -4,8 +4,9 @@ not shared on alternate steps (ABBA), so both halves see the same machine, memor
     python benchmarks/shared_read.py [--steps 24] [--warmup 4] [--only "L0;L0 flight;monitor"]
 
 Prints per configuration the median step time, the time inside the recorder's module-record bodies and, within
-it, in the statistics (``encode.stat_of``), in ms per step, each way, and the ratios shared / alone. Level-0
-configurations for the hooks: the API records of L1 and mix are not timed there (their statistics are).
+it, in the statistics (``encode.stat_of``: large tensors take the Python encoder's path here), in ms per step, each
+way, and the ratios shared / alone. Level-0 configurations for the hooks: the API records of L1 and mix are not
+timed there (their statistics are).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -21,58 +21,46 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from overhead import CONFIGS, gpt2, train_step  # noqa: E402
+from abba import alternate, debugger_for, each_config  # noqa: E402
+from overhead import gpt2, train_step  # noqa: E402
 
 
-def _timed(owner, name: str, slot: list):
-    """owner.name, adding its time to slot[0]."""
-    f = getattr(owner, name)
-
-    def timed(*a, **k):
+def timed(f, slot: list):
+    """f, adding its time to slot[0]."""
+    def wrapped(*a, **k):
         t0 = time.perf_counter()
         try:
             return f(*a, **k)
         finally:
             slot[0] += time.perf_counter() - t0
 
-    setattr(owner, name, timed)
+    return wrapped
 
 
 def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
-    import msprobe_inject.pytorch as dbg
     from msprobe_inject import _fastats, recorder
     from msprobe_inject.pytorch import encode
 
-    settings = CONFIGS[name][1]
-    cfg = {"task": "statistics", "statistics": {}, "dump_path": os.path.join(tmp, name.replace(" ", "_")),
-           "level": settings["level"], **{k: settings[k] for k in ("flight_recorder", "preset") if k in settings}}
-    path = os.path.join(tmp, name.replace(" ", "_") + ".json")
-    with open(path, "w") as fh:
-        json.dump(cfg, fh)
-    debugger = dbg.PrecisionDebugger(config_path=path)
+    debugger = debugger_for(name, tmp)
+    # large tensors by the Python encoder, whose read is stat_of's alone: the C entries call makes the same read
+    # (f32_mean's), but times it together with the rest of the entry
+    debugger.runtime.encoder._large = False
     if not (encode.use_torch_mean() and encode._share_reads()):
         raise SystemExit("reads are not shared here (no kernel, or torch's threads are not an OpenMP team)")
-    hooks, stats = [0.0], [0.0]
+    slots = {"hooks": [0.0], "statistics": [0.0]}
     for method in ("module_enter", "module_exit", "module_backward", "param_grad"):  # the module records' bodies
-        _timed(recorder.Recorder, method, hooks)
-    _timed(encode, "stat_of", stats)
+        setattr(recorder.Recorder, method, timed(getattr(recorder.Recorder, method), slots["hooks"]))
+    encode.stat_of = timed(encode.stat_of, slots["statistics"])
     model, opt, ids = gpt2()
-    got: dict = {way: {"step": [], "hooks": [], "statistics": []} for way in ("shared", "alone")}
-    for i in range(warmup + steps):
-        way = ("shared", "alone", "alone", "shared")[i % 4]
+
+    def set_way(way: str) -> None:
         if way == "shared":
             encode._share_reads()
         else:
             _fastats.use_omp(None)
-        hooks[0] = stats[0] = 0.0
-        t0 = time.perf_counter()
-        train_step(model, opt, ids, debugger)
-        t1 = time.perf_counter()
-        if i >= warmup:
-            got[way]["step"].append(t1 - t0)
-            got[way]["hooks"].append(hooks[0])
-            got[way]["statistics"].append(stats[0])
-    return {way: {k: statistics.median(v) * 1e3 for k, v in d.items()} for way, d in got.items()}
+
+    return alternate(("shared", "alone"), set_way, lambda: train_step(model, opt, ids, debugger), slots, steps,
+                     warmup)
 
 
 def main() -> None:
@@ -86,16 +74,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp)), flush=True)
         return
-    import subprocess
-
     print(f"{'configuration':<14}{'':>8}{'step':>9}{'hooks':>9}{'statistics':>12}   ms per step, median of {a.steps}")
-    for name in a.only.split(";"):
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--steps", str(a.steps),
-                               "--warmup", str(a.warmup)], capture_output=True, text=True, timeout=3600)
-        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if not line:
-            raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
-        r = json.loads(line[0][7:])
+    for name, r in each_config(__file__, a.only, a.steps, a.warmup):
         for way in ("alone", "shared"):
             d = r[way]
             label = name if way == "alone" else ""

@@ -1,0 +1,61 @@
+"""Two ways of the same code compared on alternate steps of one process (ABBA: both see the same machine, memory and
+model), and the driver that runs one such process per configuration. Used by ``shared_read.py`` and
+``record_path.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, Iterator, List, Tuple
+
+from overhead import CONFIGS
+
+
+def debugger_for(name: str, tmp: str):
+    """A PrecisionDebugger of overhead.py's configuration ``name`` (statistics task), dumping under tmp."""
+    import msprobe_inject.pytorch as dbg
+
+    settings = CONFIGS[name][1]
+    cfg = {"task": "statistics", "statistics": {}, "dump_path": os.path.join(tmp, "dump"), "level": settings["level"],
+           **{k: settings[k] for k in ("flight_recorder", "preset") if k in settings}}
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as fh:
+        json.dump(cfg, fh)
+    return dbg.PrecisionDebugger(config_path=path)
+
+
+def alternate(ways: Tuple[str, str], set_way: Callable[[str], None], step: Callable[[], None],
+              slots: Dict[str, List[float]], steps: int, warmup: int) -> dict:
+    """Run step() warmup + steps times, the ways in the order A B B A, set_way(way) before each; each slot (a
+    one-item list the timed code adds seconds to) is zeroed before each step. The medians in ms per way: "step",
+    and each slot's."""
+    got: dict = {w: {k: [] for k in ("step", *slots)} for w in ways}
+    for i in range(warmup + steps):
+        way = (ways[0], ways[1], ways[1], ways[0])[i % 4]
+        set_way(way)
+        for slot in slots.values():
+            slot[0] = 0.0
+        t0 = time.perf_counter()
+        step()
+        t1 = time.perf_counter()
+        if i >= warmup:
+            got[way]["step"].append(t1 - t0)
+            for k, slot in slots.items():
+                got[way][k].append(slot[0])
+    return {w: {k: statistics.median(v) * 1e3 for k, v in d.items()} for w, d in got.items()}
+
+
+def each_config(script: str, names: str, steps: int, warmup: int) -> Iterator[Tuple[str, dict]]:
+    """(name, result) for each of the ';'-separated configuration names: script's worker (``--worker NAME``, printing
+    ``RESULT <json>``) in a process of its own."""
+    for name in names.split(";"):
+        proc = subprocess.run([sys.executable, os.path.abspath(script), "--worker", name, "--steps", str(steps),
+                               "--warmup", str(warmup)], capture_output=True, text=True, timeout=3600)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if not line:
+            raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
+        yield name, json.loads(line[0][7:])
