@@ -4,15 +4,29 @@ model), and the driver that runs one such process per configuration. Used by ``s
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from overhead import CONFIGS
+
+
+def timed(f: Callable, slot: List[float]) -> Callable:
+    """f, adding its time to slot[0]."""
+    def wrapped(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            slot[0] += time.perf_counter() - t0
+
+    return wrapped
 
 
 def debugger_for(name: str, tmp: str):
@@ -59,3 +73,20 @@ def each_config(script: str, names: str, steps: int, warmup: int) -> Iterator[Tu
         if not line:
             raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
         yield name, json.loads(line[0][7:])
+
+
+def cli(script: str, doc: str, run: Callable[[str, int, int, str], dict], steps: int,
+        only: str) -> Optional[Tuple[argparse.Namespace, Iterator[Tuple[str, dict]]]]:
+    """The command line both scripts take. As a worker (``--worker NAME``): run(NAME, steps, warmup, tmp) printed as
+    ``RESULT <json>``, and None. Otherwise the arguments and each configuration's (name, result)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--only", default=only)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        with tempfile.TemporaryDirectory() as tmp:
+            print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp)), flush=True)
+        return None
+    return a, each_config(script, a.only, a.steps, a.warmup)

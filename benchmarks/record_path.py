@@ -13,18 +13,14 @@ way, and the ratios c / python.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from abba import alternate, debugger_for, each_config  # noqa: E402
+from abba import alternate, cli, debugger_for, timed  # noqa: E402
 from overhead import gpt2, train_step  # noqa: E402
-from shared_read import timed  # noqa: E402
 
 
 def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
@@ -58,18 +54,12 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=48)
-    ap.add_argument("--warmup", type=int, default=4)
-    ap.add_argument("--only", default="L0;L0 flight;monitor;L1;mix")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.worker:
-        with tempfile.TemporaryDirectory() as tmp:
-            print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp)), flush=True)
+    got = cli(__file__, __doc__, run, 48, "L0;L0 flight;monitor;L1;mix")
+    if got is None:
         return
+    a, results = got
     print(f"{'configuration':<16}{'':>7}{'step':>9}{'tool':>9}   ms per step, median of {a.steps // 2} each way")
-    for name, r in each_config(__file__, a.only, a.steps, a.warmup):
+    for name, r in results:
         for w in ("python", "c"):
             print(f"{name if w == 'python' else '':<16}{w:>7}{r[w]['step']:>9.1f}{r[w]['tool']:>9.2f}")
         print(f"{'':<16}{'ratio':>7}{r['c']['step'] / r['python']['step']:>9.3f}"

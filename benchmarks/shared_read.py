@@ -11,30 +11,14 @@ timed there (their statistics are).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from abba import alternate, debugger_for, each_config  # noqa: E402
+from abba import alternate, cli, debugger_for, timed  # noqa: E402
 from overhead import gpt2, train_step  # noqa: E402
-
-
-def timed(f, slot: list):
-    """f, adding its time to slot[0]."""
-    def wrapped(*a, **k):
-        t0 = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            slot[0] += time.perf_counter() - t0
-
-    return wrapped
 
 
 def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
@@ -64,18 +48,12 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--warmup", type=int, default=4)
-    ap.add_argument("--only", default="L0;L0 flight;monitor")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.worker:
-        with tempfile.TemporaryDirectory() as tmp:
-            print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp)), flush=True)
+    got = cli(__file__, __doc__, run, 24, "L0;L0 flight;monitor")
+    if got is None:
         return
+    a, results = got
     print(f"{'configuration':<14}{'':>8}{'step':>9}{'hooks':>9}{'statistics':>12}   ms per step, median of {a.steps}")
-    for name, r in each_config(__file__, a.only, a.steps, a.warmup):
+    for name, r in results:
         for way in ("alone", "shared"):
             d = r[way]
             label = name if way == "alone" else ""
