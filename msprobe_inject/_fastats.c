@@ -872,6 +872,19 @@ run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, in
     *mean = ts_sum_finish(&s) / (float)n; /* sum().div_(n) */
 }
 
+/* run_stats_mean, the GIL released for large buffers (the caller holds a reference to their owner) */
+static void
+stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, int workers, result_t *r, float *mean)
+{
+    if (n >= NOGIL_FROM) {
+        Py_BEGIN_ALLOW_THREADS
+        run_stats_mean(x, n, lanes, threads, crc, workers, r, mean);
+        Py_END_ALLOW_THREADS
+    } else {
+        run_stats_mean(x, n, lanes, threads, crc, workers, r, mean);
+    }
+}
+
 /* f32_mean(address, count, lanes, threads[, crc]) -> f32's four values and torch.mean of the buffer, as torch
  * computes it with `threads` intra-op threads and float vectors of `lanes`; with crc true, f32_crc's CRC-32 last */
 static PyObject *
@@ -901,13 +914,7 @@ fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     result_t r;
     float mean;
-    if (n >= NOGIL_FROM) {
-        Py_BEGIN_ALLOW_THREADS
-        run_stats_mean(p, n, (int)lanes, (int)threads, crc, (int)(workers < POOL_MAX ? workers : POOL_MAX), &r, &mean);
-        Py_END_ALLOW_THREADS
-    } else {
-        run_stats_mean(p, n, (int)lanes, (int)threads, crc, (int)(workers < POOL_MAX ? workers : POOL_MAX), &r, &mean);
-    }
+    stats_mean(p, n, (int)lanes, (int)threads, crc, (int)(workers < POOL_MAX ? workers : POOL_MAX), &r, &mean);
     if (crc)
         return Py_BuildValue("(dddddk)", r.mx, r.mn, r.s, r.q, (double)mean, (unsigned long)r.crc);
     return Py_BuildValue("(ddddd)", r.mx, r.mn, r.s, r.q, (double)mean);
@@ -1267,14 +1274,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             r.mx = r.mn = mean = norm = *p;
         } else if (large) { /* encode._f32_kernel's f32_mean call, the GIL released as there */
             float m;
-            int w = threads < POOL_MAX ? threads : POOL_MAX, crc = mode == MODE_MD5;
-            if (n >= NOGIL_FROM) {
-                Py_BEGIN_ALLOW_THREADS
-                run_stats_mean(p, n, E.lanes, threads, crc, w, &r, &m);
-                Py_END_ALLOW_THREADS
-            } else {
-                run_stats_mean(p, n, E.lanes, threads, crc, w, &r, &m);
-            }
+            stats_mean(p, n, E.lanes, threads, mode == MODE_MD5, threads < POOL_MAX ? threads : POOL_MAX, &r, &m);
             mean = (double)m;
             norm = sqrt(r.q);
         } else {
