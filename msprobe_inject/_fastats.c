@@ -1110,14 +1110,16 @@ static PyObject *C_ready;    /* encode.READY: the kind of figures that are final
 #define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 static int C_storage_refs;   /* encode._STORAGE_REFS: a storage's Python object lives as long as the storage */
 
-/* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device); NULL (no error set) if a getter failed */
+/* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device), or for a contiguous tensor (here always of one
+ * or more dimensions) (data_ptr, dtype, numel, None, _version, device); NULL (no error set) if a getter failed */
 static PyObject *
-cache_key(PyObject *t, PyObject *ptr, PyObject *size)
+cache_key(PyObject *t, PyObject *ptr, PyObject *size, int contiguous, Py_ssize_t n)
 {
-    PyObject *stride = PyObject_CallMethodNoArgs(t, S_stride), *version = PyObject_GetAttr(t, S_version),
-             *device = PyObject_GetAttr(t, S_device), *key = NULL;
+    PyObject *stride = contiguous ? PyLong_FromSsize_t(n) : PyObject_CallMethodNoArgs(t, S_stride),
+             *version = PyObject_GetAttr(t, S_version), *device = PyObject_GetAttr(t, S_device), *key = NULL;
     if (stride != NULL && version != NULL && device != NULL)
-        key = PyTuple_Pack(6, ptr, E.f32, size, stride, version, device);
+        key = contiguous ? PyTuple_Pack(6, ptr, E.f32, stride, Py_None, version, device)
+                         : PyTuple_Pack(6, ptr, E.f32, size, stride, version, device);
     Py_XDECREF(stride);
     Py_XDECREF(version);
     Py_XDECREF(device);
@@ -1212,7 +1214,8 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         || !attr_is(t, S_is_neg, 1, Py_False))
         return NOT_MINE;
     /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
-    if (!attr_is(t, S_is_contiguous, 1, Py_True) && (mode != MODE_STATISTICS || !permuted_dense(t)))
+    int contiguous = attr_is(t, S_is_contiguous, 1, Py_True);
+    if (!contiguous && (mode != MODE_STATISTICS || !permuted_dense(t)))
         return NOT_MINE;
     PyObject *ptr = PyObject_CallMethodNoArgs(t, S_data_ptr);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
@@ -1239,7 +1242,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
     if (large && cache != Py_None) {
         entries = PyObject_GetAttr(cache, S_entries);
-        if (entries != NULL && PyDict_Check(entries) && (key = cache_key(t, ptr, size)) != NULL)
+        if (entries != NULL && PyDict_Check(entries) && (key = cache_key(t, ptr, size, contiguous, n)) != NULL)
             stat = cache_get(cache, entries, key, mode == MODE_MD5, &crc);
         PyErr_Clear();
     }

@@ -365,7 +365,9 @@ class StatCache:
     """Each distinct tensor is reduced once per step.
 
     Key: storage address, dtype, shape, strides and the version counter (bumped by every in-place
-    op, shared by views), plus a weak reference proving the memory was not freed and reused: to the
+    op, shared by views); for a contiguous tensor of one or more dimensions, its element count instead of
+    its shape and strides (its values in the same order: ``view``, ``reshape`` and ``flatten`` of a tensor
+    already read are found). Plus a weak reference proving the memory was not freed and reused: to the
     storage where torch keeps one Python object per storage for its lifetime, so the short-lived aliases
     autograd passes between module hooks (a gradient and its reshape) share an entry. Cleared
     at every step boundary, so writes that bypass the version counter (``p.data.add_``: ``.data`` has a
@@ -384,6 +386,10 @@ class StatCache:
 
     def key(self, t: torch.Tensor):
         try:
+            if t.is_contiguous() and t.dim():
+                # every statistic and checksum reads a contiguous tensor's memory in order, whatever its shape (torch
+                # reduces it as one dimension); a 0-d tensor's figures are msprobe's own (its Norm is its value)
+                return (t.data_ptr(), t.dtype, t.numel(), None, t._version, t.device)
             return (t.data_ptr(), t.dtype, t.shape, t.stride(), t._version, t.device)
         except Exception:  # tensors without storage (sparse, meta subclasses)
             return None
@@ -1043,9 +1049,9 @@ class Encoder(entries.EncoderBase):
             fname = files.safe_component(file_name)
             saved = f"{self._tensor_dir()}/{fname}"
             entry["data_name"] = fname
-            if cached is not None and len(cached) > 4 and cached[4] is not None:
+            if cached is not None and len(cached) > 4 and cached[4] is not None and cached[4][1] == t.shape:
                 # the same data was saved a moment ago (an output is the next API's input): link it
-                self._writer.link_tensor(cached[4], saved)
+                self._writer.link_tensor(cached[4][0], saved)
             else:
                 snap = ptfile.stage(t)
                 if snap is not None:
@@ -1060,6 +1066,8 @@ class Encoder(entries.EncoderBase):
                     pending.append((entry, crc[0], crc[1]))
             else:
                 entry["md5"] = crc  # from stat_crc_of or the cache
+        if saved is not None:
+            saved = (saved, t.shape)  # a file holds its shape: a view of another shape saves its own
         if cached is None and key is not None:
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
         elif cached is not None and saved is not None and cached[4] is None:

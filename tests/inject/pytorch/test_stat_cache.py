@@ -3,6 +3,7 @@ for views and aliases, for tensors re-used across APIs and for memory freed and 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from util import PREAMBLE, load_dump, run_py
 
@@ -93,3 +94,77 @@ def test_a_storage_resized_away_is_not_a_hit():
     assert cache.get(key) is not None
     p.untyped_storage().resize_(0)
     assert cache.get(key) is None
+
+
+def test_contiguous_views_of_any_shape_share_an_entry():
+    from msprobe_inject.pytorch.encode import StatCache
+
+    cache = StatCache()
+    x = torch.randn(64, 96)
+    k = cache.key(x)
+    assert cache.key(x.view(96, 64)) == k == cache.key(x.reshape(-1)) == cache.key(x.unsqueeze(0)) \
+        == cache.key(x.view(8, 8, 96).detach())
+    assert cache.key(x.t()) != k  # the same values in another order
+    assert cache.key(x[:32]) != k and cache.key(x[1:]) != k  # fewer values, another address
+    assert cache.key(x.double()) != k
+    s = torch.tensor(-2.0)
+    assert cache.key(s) != cache.key(s.view(1))  # a 0-d tensor's figures are its value: Norm -2, not 2
+
+
+_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.bool]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("summary", ["statistics", "md5"])
+def test_a_view_found_in_the_cache_has_the_figures_read_from_it(threads, summary):
+    """The cache's premise: a contiguous tensor's statistics and checksum are those of its memory in order, whatever
+    its shape. Each value holds a tensor and views of it in other shapes: with the cache, read once and found; its
+    JSON text equals that of an encoder without the cache, which reads every view."""
+    from .test_encode_fast import _encoder, _text
+
+    enc = _encoder(summary_mode=summary)
+    ref = _encoder(summary_mode=summary, stat_cache=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(7)
+        for n in (4104, 65_544, 300_024):  # above the C path's 4,096 elements; past torch's split of its sum
+            base = torch.randn(n, generator=gen) * 1e3 - 3.0
+            for dtype in _DTYPES:
+                x = base.to(dtype) if dtype is not torch.bool else base > 0
+                value = [x.view(-1, 24), x.view(3, -1, 8), x, x.view(-1, 24)]
+                hits = enc.cache.hits
+                assert _text(enc, value, True) == _text(ref, value, False), (n, dtype)
+                assert enc.cache.hits - hits == 3, (n, dtype)
+        for dtype in (torch.float64, torch.bfloat16):  # a 0-d tensor and its one-element view differ in Norm
+            s = torch.tensor(-2.5, dtype=dtype)
+            assert _text(enc, [s, s.view(1)], True) == _text(ref, [s, s.view(1)], False)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_views_tensor_file_holds_its_own_shape(tmp_path):
+    """task "tensor": an output saved a moment ago is linked as the next API's input, but only in the same shape."""
+    script = PREAMBLE + """
+cfg_path = sys.argv[1] + ".json"
+json.dump({"dump_path": sys.argv[1], "level": "L1", "task": "tensor"}, open(cfg_path, "w"))
+debugger = PrecisionDebugger(config_path=cfg_path)
+debugger.start()
+y = torch.exp(torch.randn(64, 96))
+torch.relu(y.view(96, 64))   # the exp output's memory in another shape
+torch.relu(y)                # in its own
+debugger.stop(); debugger.step()
+"""
+    import os
+
+    from util import rank_dir
+
+    run_py(script, str(tmp_path), args=("d",))
+    data = load_dump(str(tmp_path / "d"))["data"]
+    names = [data["Torch.exp.0.forward"]["output"][0]["data_name"],
+             data["Torch.relu.0.forward"]["input_args"][0]["data_name"],
+             data["Torch.relu.1.forward"]["input_args"][0]["data_name"]]
+    tdir = os.path.join(rank_dir(str(tmp_path / "d")), "dump_tensor_data")
+    got = [torch.load(os.path.join(tdir, n), weights_only=True) for n in names]
+    assert [tuple(t.shape) for t in got] == [(64, 96), (96, 64), (64, 96)]
+    assert torch.equal(got[1].reshape(64, 96), got[0]) and torch.equal(got[2], got[0])
