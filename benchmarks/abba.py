@@ -63,30 +63,36 @@ def alternate(ways: Tuple[str, str], set_way: Callable[[str], None], step: Calla
     return {w: {k: statistics.median(v) * 1e3 for k, v in d.items()} for w, d in got.items()}
 
 
-def each_config(script: str, names: str, steps: int, warmup: int) -> Iterator[Tuple[str, dict]]:
+def each_config(script: str, names: str, steps: int, warmup: int,
+                extra: Optional[Dict[str, str]] = None) -> Iterator[Tuple[str, dict]]:
     """(name, result) for each of the ';'-separated configuration names: script's worker (``--worker NAME``, printing
-    ``RESULT <json>``) in a process of its own."""
+    ``RESULT <json>``) in a process of its own, given the extra options."""
+    opts = [x for k, v in (extra or {}).items() for x in (f"--{k}", v)]
     for name in names.split(";"):
         proc = subprocess.run([sys.executable, os.path.abspath(script), "--worker", name, "--steps", str(steps),
-                               "--warmup", str(warmup)], capture_output=True, text=True, timeout=3600)
+                               "--warmup", str(warmup), *opts], capture_output=True, text=True, timeout=3600)
         line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
         yield name, json.loads(line[0][7:])
 
 
-def cli(script: str, doc: str, run: Callable[[str, int, int, str], dict], steps: int,
-        only: str) -> Optional[Tuple[argparse.Namespace, Iterator[Tuple[str, dict]]]]:
-    """The command line both scripts take. As a worker (``--worker NAME``): run(NAME, steps, warmup, tmp) printed as
-    ``RESULT <json>``, and None. Otherwise the arguments and each configuration's (name, result)."""
+def cli(script: str, doc: str, run: Callable[..., dict], steps: int, only: str,
+        required: Tuple[Tuple[str, str], ...] = ()) -> Optional[Tuple[argparse.Namespace, Iterator[Tuple[str, dict]]]]:
+    """The command line these scripts take, with the script's required options (name, help). As a worker (``--worker
+    NAME``): run(NAME, steps, warmup, tmp, **options) printed as ``RESULT <json>``, and None. Otherwise the arguments
+    and each configuration's (name, result)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--only", default=only)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    for name, text in required:
+        ap.add_argument(f"--{name}", required=True, help=text)
     a = ap.parse_args()
+    extra = {name: getattr(a, name) for name, _ in required}
     if a.worker:
         with tempfile.TemporaryDirectory() as tmp:
-            print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp)), flush=True)
+            print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp, **extra)), flush=True)
         return None
-    return a, each_config(script, a.only, a.steps, a.warmup)
+    return a, each_config(script, a.only, a.steps, a.warmup, extra)
