@@ -386,6 +386,8 @@ class StatCache:
 
     def key(self, t: torch.Tensor):
         try:
+            if t.is_neg() or t.is_conj():  # a lazy view: the base's memory and version, other values; read each time
+                return None
             if t.is_contiguous() and t.dim():
                 # every statistic and checksum reads a contiguous tensor's memory in order, whatever its shape (torch
                 # reduces it as one dimension); a 0-d tensor's figures are msprobe's own (its Norm is its value)

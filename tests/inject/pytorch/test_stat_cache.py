@@ -168,3 +168,16 @@ debugger.stop(); debugger.step()
     got = [torch.load(os.path.join(tdir, n), weights_only=True) for n in names]
     assert [tuple(t.shape) for t in got] == [(64, 96), (96, 64), (64, 96)]
     assert torch.equal(got[1].reshape(64, 96), got[0]) and torch.equal(got[2], got[0])
+
+
+@pytest.mark.parametrize("summary", ["statistics", "md5"])
+def test_a_lazy_negative_or_conjugate_view_is_not_its_bases_entry(summary):
+    """torch._neg_view and conj() share the base's memory, shape and version counter; their values differ."""
+    from .test_encode_fast import _encoder, _text
+
+    enc = _encoder(summary_mode=summary)
+    ref = _encoder(summary_mode=summary, stat_cache=False)
+    x = torch.randn(64, 96).abs() + 1.0
+    z = torch.randn(64, 96, dtype=torch.complex64)
+    for value in ([x, torch._neg_view(x), x], [torch._neg_view(x), x], [z, z.conj(), z.conj().imag, z.imag]):
+        assert _text(enc, value, True) == _text(ref, value, False)
