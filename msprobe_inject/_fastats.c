@@ -1115,12 +1115,14 @@ static int C_storage_refs;   /* encode._STORAGE_REFS: a storage's Python object 
 static PyObject *
 cache_key(PyObject *t, PyObject *ptr, PyObject *size, int contiguous, Py_ssize_t n)
 {
-    PyObject *stride = contiguous ? PyLong_FromSsize_t(n) : PyObject_CallMethodNoArgs(t, S_stride),
+    /* its third and fourth items, each a new reference: (numel, None) or (shape, stride()) */
+    PyObject *third = contiguous ? PyLong_FromSsize_t(n) : NEW_REF(size),
+             *fourth = contiguous ? NEW_REF(Py_None) : PyObject_CallMethodNoArgs(t, S_stride),
              *version = PyObject_GetAttr(t, S_version), *device = PyObject_GetAttr(t, S_device), *key = NULL;
-    if (stride != NULL && version != NULL && device != NULL)
-        key = contiguous ? PyTuple_Pack(6, ptr, E.f32, stride, Py_None, version, device)
-                         : PyTuple_Pack(6, ptr, E.f32, size, stride, version, device);
-    Py_XDECREF(stride);
+    if (third != NULL && fourth != NULL && version != NULL && device != NULL)
+        key = PyTuple_Pack(6, ptr, E.f32, third, fourth, version, device);
+    Py_XDECREF(third);
+    Py_XDECREF(fourth);
     Py_XDECREF(version);
     Py_XDECREF(device);
     if (key == NULL)
