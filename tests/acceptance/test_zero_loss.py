@@ -5,6 +5,10 @@ complete run's records up to the last one the tool had sent (equal statistics), 
 kill is complete, and the step of the kill is marked incomplete. Instants: a random torch call of a
 random step (the tool's own calls included), a random gradient hook inside backward, and the first call
 after every optimizer.step(). Recovery by the launcher, and by ``python -m msprobe_inject.recover``.
+
+The instants are the runtime's and the same in both forms; the explicit form tries 50 of them. The launcher
+form adds the launcher's own recovery after the rank died, which does not depend on the instant, and each of
+its runs imports torch twice (launcher and rank): it tries 20.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from launch_util import LAUNCH, ROOT, base_env
 pytestmark = pytest.mark.e2e
 
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "kill_points.py")
-POINTS = int(os.environ.get("KILL_POINTS", "50"))  # fewer to try a change quickly
+POINTS = {"launcher": 20, "explicit": 50}
+if os.environ.get("KILL_POINTS"):  # fewer (or more) to try a change
+    POINTS = dict.fromkeys(POINTS, int(os.environ["KILL_POINTS"]))
 STEPS = 3
 
 
@@ -103,10 +109,10 @@ def _check(ref: dict, ref_dump: str, run: dict, at: str) -> None:
     assert total == sent, (at, total, sent)  # nothing the tool had sent is missing
 
 
-def _points(counts: dict, rng: random.Random) -> list:
+def _points(counts: dict, rng: random.Random, n: int) -> list:
     # the first call after each optimizer.step(), then random calls and random gradient hooks
     points = [f"api:{s}:1" for s in range(1, STEPS)]
-    while len(points) < POINTS:
+    while len(points) < n:
         kind = "bwd" if rng.random() < 0.3 else "api"
         step = rng.randrange(STEPS)
         points.append(f"{kind}:{step}:{rng.randint(1, counts[kind][step])}")
@@ -123,7 +129,7 @@ def test_a_rank_killed_at_random_instants_keeps_every_record_it_sent(tmp_path, f
     counts = ref["info"]
     ref_docs = _steps(ref["dump"])
     assert sorted(ref_docs) == list(range(STEPS)) and all(len(d["data"]) > 10 for d in ref_docs.values())
-    points = _points(counts, random.Random(seed))
+    points = _points(counts, random.Random(seed), POINTS[form])
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(lambda ip: _run(form, str(tmp_path / f"k{ip[0]}"), ip[1]), enumerate(points)))
     for at, run in zip(points, runs):
