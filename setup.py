@@ -76,6 +76,8 @@ FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"], op
 JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"], optional=True)
 # each record body's JSON text into one buffer (the writer thread encodes every record)
 JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"], optional=True)
+# the signature of a recorded call's stack (the writer looks each record's stack up by it)
+STACKSIG = Extension("msprobe_inject._stacksig", ["msprobe_inject/_stacksig.c"], optional=True)
 # msprobe-dump index: a dump.json's index rows column-wise, without a Python object per JSON value
 JROWS = Extension("msprobe_readers._jrows", ["msprobe_readers/_jrows.c"], optional=True)
 
@@ -95,4 +97,4 @@ if editable_wheel is not None:
 
     cmdclass["editable_wheel"] = EditableWheelWithPth
 
-setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT, JENC, JROWS])
+setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT, JENC, STACKSIG, JROWS])

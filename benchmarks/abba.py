@@ -1,6 +1,6 @@
 """Two ways of the same code compared on alternate steps of one process (ABBA: both see the same machine, memory and
-model), and the driver that runs one such process per configuration. Used by ``shared_read.py`` and
-``record_path.py``."""
+model), and the driver that runs one such process per configuration. Used by ``shared_read.py``,
+``record_path.py``, ``cache_key.py`` and ``stack_sig.py``."""
 
 from __future__ import annotations
 
@@ -96,3 +96,15 @@ def cli(script: str, doc: str, run: Callable[..., dict], steps: int, only: str,
             print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp, **extra)), flush=True)
         return None
     return a, each_config(script, a.only, a.steps, a.warmup, extra)
+
+
+def report(results: Iterator[Tuple[str, dict]], ways: Tuple[str, str], columns: Tuple[Tuple[str, str], ...],
+           ratios: Tuple[str, ...], per: str) -> None:
+    """Print each configuration's figures per way (``columns``: (key, format) of each way's result) and the ratios
+    ways[1] / ways[0] of the ``ratios`` keys; ``per`` says what the figures are."""
+    print(f"{'configuration':<16}{'':>7}" + "".join(f"{k:>9}" for k, _ in columns) + f"   {per}")
+    for name, r in results:
+        for w in ways:
+            print(f"{name if w == ways[0] else '':<16}{w:>7}" + "".join(f"{r[w][k]:>9{fmt}}" for k, fmt in columns))
+        print(f"{'':<16}{'ratio':>7}" + "".join(f"{r[ways[1]][k] / r[ways[0]][k]:>9.3f}" if k in ratios else f"{'':>9}"
+                                               for k, _ in columns))

@@ -21,7 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from abba import alternate, cli, debugger_for, timed  # noqa: E402
+from abba import alternate, cli, debugger_for, report, timed  # noqa: E402
 from overhead import gpt2, train_step  # noqa: E402
 
 
@@ -92,15 +92,8 @@ def main() -> None:
     if got is None:
         return
     a, results = got
-    print(f"{'configuration':<16}{'':>7}{'step':>9}{'encoder':>9}{'MB read':>9}   ms per step, median of "
-          f"{a.steps // 2} each way")
-    for name, r in results:
-        for w in ("shape", "count"):
-            print(f"{name if w == 'shape' else '':<16}{w:>7}{r[w]['step']:>9.1f}{r[w]['encoder']:>9.2f}"
-                  f"{r[w]['MB read']:>9.1f}")
-        print(f"{'':<16}{'ratio':>7}" + "".join(f"{r['count'][k] / r['shape'][k]:>9.3f}"
-                                               for k in ("step", "encoder", "MB read")))
-
+    report(results, ("shape", "count"), (("step", ".1f"), ("encoder", ".2f"), ("MB read", ".1f")),
+           ("step", "encoder", "MB read"), f"ms per step, median of {a.steps // 2} each way")
 
 if __name__ == "__main__":
     main()

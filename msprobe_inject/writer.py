@@ -30,6 +30,11 @@ from .dumpformat.encoding import encode, join_members
 from .dumpformat.nonfinite import has_nonfinite
 from .flight import Flight
 
+try:  # built with the package where a C compiler is available
+    from ._stacksig import sig as _stack_sig
+except ImportError:
+    _stack_sig = None
+
 _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
 _BATCH = 256  # events per hand-off to the writer thread
@@ -200,7 +205,7 @@ class DumpWriter:
         # by the training thread only: no lock)
         self._spare: Optional[journal.JournalFile] = None
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
-        self._stacks: Dict[tuple, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
+        self._stacks: Dict[Any, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
         # (frame, the code ids and offsets above it): the calls of one function share everything above their
         # caller. A plain function's frame object runs once: while the same one is the caller's caller it has
         # been running all along, and the frames above it stay suspended at the same instructions (a generator
@@ -300,20 +305,7 @@ class DumpWriter:
         """The caller's stack (skip: frames of the tool above the user's call) for stack.json. Each distinct
         stack is formatted once per process; a call costs the walk over its frames and one lookup."""
         f = sys._getframe(skip + 1)
-        back = f.f_back
-        tail = self._tail
-        if tail is not None and tail[0] is back:
-            sig = (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) + tail[1]
-        else:
-            ids = []
-            g = f
-            while g is not None:
-                ids.append(id(g.f_code))
-                ids.append(g.f_lasti)
-                g = g.f_back
-            sig = tuple(ids)
-            if back is not None and not back.f_code.co_flags & _RESUMABLE:
-                self._tail = (back, sig[4:])
+        sig = _stack_sig(f) if _stack_sig is not None else self._py_sig(f)
         with self._blk:
             known = self._stacks.get(sig)
             if known is None:
@@ -329,6 +321,24 @@ class DumpWriter:
                     self._jbuf.append(journal.frame(("stackdef", sid, text)))
                 self._jbuf.append(journal.frame(("stack", key, sid)))
             self.send(Stack(key, known[1]))
+
+    def _py_sig(self, f: Any) -> tuple:
+        """The stack signature without the C extension: code ids and offsets down the stack. A loop's calls share
+        the frames below the loop's, kept from the last walk while that frame is the same one."""
+        back = f.f_back
+        tail = self._tail
+        if tail is not None and tail[0] is back:
+            return (id(f.f_code), f.f_lasti, id(back.f_code), back.f_lasti) + tail[1]
+        ids = []
+        g = f
+        while g is not None:
+            ids.append(id(g.f_code))
+            ids.append(g.f_lasti)
+            g = g.f_back
+        sig = tuple(ids)
+        if back is not None and not back.f_code.co_flags & _RESUMABLE:
+            self._tail = (back, sig[4:])
+        return sig
 
     def _end_journal(self) -> None:
         """The open step is over (a step boundary, a new step, the end): its journal says so at once."""

@@ -6,6 +6,7 @@ import glob
 import json
 import os
 
+import pytest
 from util import PREAMBLE, clean_env, load_dump, rank_dir, run_config, run_py, write_config
 
 
@@ -239,10 +240,18 @@ def test_a_fork_child_never_writes_into_its_parents_journal(tmp_path):
     w.close()
 
 
-def test_each_call_gets_its_own_stack_when_the_frames_above_its_caller_are_reused(tmp_path):
-    """stack() reuses what lies above the caller's caller while that frame runs on: calls from other lines,
-    other depths, other callers and a generator resumed under two callers each get the stack a full walk gives."""
+@pytest.mark.parametrize("walk", ["c", "python"])
+def test_each_call_gets_its_own_stack_when_the_frames_above_its_caller_are_reused(tmp_path, monkeypatch, walk):
+    """stack() looks a call's stack up by its signature, taken in C (``_stacksig``) or, without it, in Python reusing
+    what lies above the caller's caller while that frame runs on: calls from other lines, other depths, other
+    callers and a generator resumed under two callers each get the stack a full walk gives."""
+    from msprobe_inject import writer
     from msprobe_inject.writer import DumpWriter, Stack, capture_stack, format_stack
+
+    if walk == "python":
+        monkeypatch.setattr(writer, "_stack_sig", None)
+    elif writer._stack_sig is None:
+        pytest.skip("the C extension _stacksig is not built")
 
     w = DumpWriter(lambda pending: None, lambda t, p: None)
     got, want = [], []
@@ -291,3 +300,37 @@ def test_each_call_gets_its_own_stack_when_the_frames_above_its_caller_are_reuse
     assert len(got) == len(want) == 3 * 11
     assert got == want
     assert len(set(got)) == 11  # a, b under each of outer's two calls, c; a, b in the generator under each caller; a, b
+
+
+def test_the_c_stack_signature_is_each_frames_code_and_offset_at_any_depth():
+    """_stacksig.sig: the code object's address and f_lasti of the frame and of each one below it, 16 bytes a frame,
+    past its first buffer of 128 frames too."""
+    import struct
+    import sys
+
+    stacksig = pytest.importorskip("msprobe_inject._stacksig")
+
+    def walk(f):
+        out = []
+        while f is not None:
+            out += [id(f.f_code), f.f_lasti]
+            f = f.f_back
+        return out
+
+    def down(n):
+        if n:
+            return down(n - 1)
+        f = sys._getframe()
+        return stacksig.sig(f), walk(f)
+
+    base = len(walk(sys._getframe()))
+    for depth in (0, 5, 126, 127, 128, 129, 300):
+        sig, want = down(depth)
+        assert isinstance(sig, bytes) and len(sig) == 8 * len(want) == 8 * (base + 2 * depth + 2)
+        got = list(struct.unpack(f"{len(want)}q", sig))
+        # the top frame's offset is that of the sig() call, the walk's comes later on another line
+        assert got[0] == want[0] and got[2:] == want[2:] and 0 < got[1] < want[1]
+    again = [down(3)[0] for _ in range(2)]  # one call site
+    assert again[0] == again[1] and again[0] != down(3)[0] and again[0] != [down(4)[0] for _ in range(1)][0]
+    with pytest.raises(TypeError):
+        stacksig.sig(None)
