@@ -106,5 +106,6 @@ def report(results: Iterator[Tuple[str, dict]], ways: Tuple[str, str], columns: 
     for name, r in results:
         for w in ways:
             print(f"{name if w == ways[0] else '':<16}{w:>7}" + "".join(f"{r[w][k]:>9{fmt}}" for k, fmt in columns))
-        print(f"{'':<16}{'ratio':>7}" + "".join(f"{r[ways[1]][k] / r[ways[0]][k]:>9.3f}" if k in ratios else f"{'':>9}"
-                                               for k, _ in columns))
+        cells = ((f"{r[ways[1]][k] / r[ways[0]][k]:>9.3f}" if r[ways[0]][k] else f"{'-':>9}") if k in ratios
+                 else f"{'':>9}" for k, _ in columns)
+        print(f"{'':<16}{'ratio':>7}" + "".join(cells))

@@ -1,0 +1,105 @@
+"""Where a configuration's overhead goes, on the GPT-2 step of ``overhead.py``: the step with recording on, with one
+part of it switched off at a time, and without recording, in one process (each way two steps in a row, the first
+not counted; the ways in turn, reversed every other round), so all see the same machine, memory and model.
+
+    python benchmarks/record_parts.py [--rounds 12] [--only "L0 flight;monitor;L1"]
+
+Ways: "no tool" (the debugger not started: its hooks return at once), "all", "no encoding" (values and tensors
+encoded as empty: no statistics read), "no stacks", "no records sent" (records, members and construct entries
+dropped before the writer and its journal), "no module backward" (no backward capture of module calls), and "bare
+hooks" (no encoding, no stacks, no records sent). Prints each way's median step and its overhead over "no tool";
+a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
+way that is not the code's never runs in a job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from abba import debugger_for  # noqa: E402
+from overhead import gpt2, train_step  # noqa: E402
+
+WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no module backward", "bare hooks")
+_DROPPED = ("Record", "Merge", "Construct")
+
+
+def run(name: str, rounds: int, warmup: int, tmp: str) -> dict:
+    debugger = debugger_for(name, tmp)
+    rec = debugger.runtime
+    enc_type, writer_type = type(rec.encoder), type(rec.writer)
+    real = {"encode": enc_type.encode, "tensor": enc_type.tensor, "send": writer_type.send,
+            "stack": writer_type.stack}
+    module_bwd = rec.module_bwd
+
+    def send_control_only(self, ev, push=False):  # flushes and step ends still reach the writer
+        return None if type(ev).__name__ in _DROPPED else real["send"](self, ev, push)
+
+    def set_way(way: str) -> None:
+        enc_type.encode, enc_type.tensor = real["encode"], real["tensor"]
+        writer_type.send, writer_type.stack = real["send"], real["stack"]
+        rec.module_bwd = module_bwd
+        if way in ("no encoding", "bare hooks"):
+            enc_type.encode = lambda self, value, pending, files, keys=None: []
+            enc_type.tensor = lambda self, t, pending, file_name: {}
+        if way in ("no stacks", "bare hooks"):
+            writer_type.stack = lambda self, key, skip: None
+        if way in ("no records sent", "bare hooks"):
+            writer_type.send = send_control_only
+        if way == "no module backward":
+            rec.module_bwd = False
+
+    model, opt, ids = gpt2()
+    for _ in range(warmup):
+        train_step(model, opt, ids, debugger)
+    got: dict = {w: [] for w in WAYS}
+    for r in range(rounds):
+        for way in (WAYS if r % 2 == 0 else WAYS[::-1]):
+            set_way(way)
+            dbg = None if way == "no tool" else debugger
+            for k in range(2):
+                t0 = time.perf_counter()
+                train_step(model, opt, ids, dbg)
+                if k:
+                    got[way].append(time.perf_counter() - t0)
+    set_way("all")
+    return {w: statistics.median(v) * 1e3 for w, v in got.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--only", default="L0 flight;monitor;L1")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        with tempfile.TemporaryDirectory() as tmp:
+            print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp)), flush=True)
+        return
+    print(f"{'configuration':<14}{'way':<20}{'step ms':>9}{'overhead':>10}{'share':>8}   medians of {a.rounds} steps")
+    for name in a.only.split(";"):
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--rounds",
+                               str(a.rounds), "--warmup", str(a.warmup)], capture_output=True, text=True, timeout=3600)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if not line:
+            raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
+        r = json.loads(line[0][7:])
+        base, total = r["no tool"], r["all"] - r["no tool"]
+        for w in WAYS:
+            over = r[w] - base
+            share = f"{(total - over) / total:>8.2f}" if w not in ("no tool", "all") and total > 0 else f"{'':>8}"
+            print(f"{name if w == WAYS[0] else '':<14}{w:<20}{r[w]:>9.1f}{over:>+10.1f}{share}")
+
+
+if __name__ == "__main__":
+    main()
