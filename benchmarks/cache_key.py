@@ -95,5 +95,6 @@ def main() -> None:
     report(results, ("shape", "count"), (("step", ".1f"), ("encoder", ".2f"), ("MB read", ".1f")),
            ("step", "encoder", "MB read"), f"ms per step, median of {a.steps // 2} each way")
 
+
 if __name__ == "__main__":
     main()

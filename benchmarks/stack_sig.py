@@ -63,5 +63,6 @@ def main() -> None:
     report(results, ("python", "c"), (("step", ".1f"), ("stack", ".2f"), ("stacks", ".0f")), ("step", "stack"),
            f"ms per step, median of {a.steps // 2} each way")
 
+
 if __name__ == "__main__":
     main()

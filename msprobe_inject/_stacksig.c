@@ -1,6 +1,6 @@
 /* The signature of a call stack: what the writer looks a record's stack up by (stack.json holds each distinct
- * stack once). The Python walk over a deep stack (a module call inside a transformer: 40 to 60 frames) took
- * ~14 us per recorded call, most of what recording the stack cost; this one takes well under one.
+ * stack once). The Python walk costs ~0.23 us per frame (13.7 us at 60 frames, a module call inside a
+ * transformer); this one takes 0.31 us at 30 frames.
  *
  * sig(frame) -> bytes: for the frame and each frame below it, its code object's address and its last
  * instruction's offset (f_lasti), 16 bytes per frame. Two calls from the same place of the same code, through the

@@ -330,7 +330,7 @@ def test_the_c_stack_signature_is_each_frames_code_and_offset_at_any_depth():
         got = list(struct.unpack(f"{len(want)}q", sig))
         # the top frame's offset is that of the sig() call, the walk's comes later on another line
         assert got[0] == want[0] and got[2:] == want[2:] and 0 < got[1] < want[1]
-    again = [down(3)[0] for _ in range(2)]  # one call site
-    assert again[0] == again[1] and again[0] != down(3)[0] and again[0] != [down(4)[0] for _ in range(1)][0]
+    sigs = [down(n)[0] for n in (3, 3, 4)]  # one call site: the same depth, then another
+    assert sigs[0] == sigs[1] != sigs[2] and sigs[0] != down(3)[0]  # and another call site
     with pytest.raises(TypeError):
         stacksig.sig(None)
