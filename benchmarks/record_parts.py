@@ -10,6 +10,13 @@ dropped before the writer and its journal), "no module backward" (no backward ca
 hooks" (no encoding, no stacks, no records sent). Prints each way's median step and its overhead over "no tool";
 a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
 way that is not the code's never runs in a job.
+
+Then ``--inside`` more steps of "all" with the recording's functions timed (exclusive time: a function's time less
+that of the timed functions it calls), medians in ms per step: the statistics (``Encoder.encode``, ``Encoder.tensor``),
+the journal and the hand-off to the writer (``DumpWriter.send``), the stacks (``DumpWriter.stack``), the step
+directory's check (``Session.ensure_open``), the recorder's module, gradient and backward bodies around those, and
+start, stop and step. What the step's overhead holds besides these is torch's hook dispatch, the hooks' own Python
+before they reach the recorder, the API hooks, and what the timing itself adds.
 """
 
 from __future__ import annotations
@@ -29,11 +36,21 @@ sys.path.insert(0, HERE)
 from abba import debugger_for  # noqa: E402
 from overhead import gpt2, train_step  # noqa: E402
 
+PARTS = {  # part -> (module path, class, method names), timed by exclusive time
+    "statistics": ("msprobe_inject.pytorch.encode", "Encoder", ("encode", "tensor")),
+    "journal and hand-off": ("msprobe_inject.writer", "DumpWriter", ("send",)),
+    "stacks": ("msprobe_inject.writer", "DumpWriter", ("stack",)),
+    "step directory check": ("msprobe_inject.session", "Session", ("ensure_open",)),
+    "recorder bodies": ("msprobe_inject.recorder", "Recorder",
+                        ("module_enter", "module_exit", "module_backward", "module_backward_pre", "backward_record",
+                         "param_grad", "record", "merge", "place", "keep")),
+    "start, stop, step": ("msprobe_inject.recorder", "Recorder", ("start", "stop", "step")),
+}
 WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no module backward", "bare hooks")
 _DROPPED = ("Record", "Merge", "Construct")
 
 
-def run(name: str, rounds: int, warmup: int, tmp: str) -> dict:
+def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8) -> dict:
     debugger = debugger_for(name, tmp)
     rec = debugger.runtime
     enc_type, writer_type = type(rec.encoder), type(rec.writer)
@@ -72,7 +89,51 @@ def run(name: str, rounds: int, warmup: int, tmp: str) -> dict:
                 if k:
                     got[way].append(time.perf_counter() - t0)
     set_way("all")
-    return {w: statistics.median(v) * 1e3 for w, v in got.items()}
+    out = {w: statistics.median(v) * 1e3 for w, v in got.items()}
+    out["inside"] = inside(lambda: train_step(model, opt, ids, debugger), steps=inside_steps)
+    return out
+
+
+def inside(step, steps: int) -> dict:
+    """Median ms per step spent inside each of PARTS (exclusive time), over ``steps`` steps, and the step's median."""
+    import importlib
+
+    acc = {part: 0.0 for part in PARTS}
+    open_calls: list = []  # time of timed callees, one slot per timed call in progress
+    saved = []
+
+    def exclusive(f, part):
+        def wrapped(*a, **k):
+            open_calls.append(0.0)
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                dt = time.perf_counter() - t0
+                acc[part] += dt - open_calls.pop()
+                if open_calls:
+                    open_calls[-1] += dt
+        return wrapped
+
+    for part, (mod, cls_name, methods) in PARTS.items():
+        cls = getattr(importlib.import_module(mod), cls_name)
+        for m in methods:
+            saved.append((cls, m, cls.__dict__[m]))
+            setattr(cls, m, exclusive(cls.__dict__[m], part))
+    got: dict = {part: [] for part in (*PARTS, "step")}
+    try:
+        for _ in range(steps):
+            for part in acc:
+                acc[part] = 0.0
+            t0 = time.perf_counter()
+            step()
+            got["step"].append(time.perf_counter() - t0)
+            for part, v in acc.items():
+                got[part].append(v)
+    finally:
+        for cls, m, f in saved:
+            setattr(cls, m, f)
+    return {k: statistics.median(v) * 1e3 for k, v in got.items()}
 
 
 def main() -> None:
@@ -80,16 +141,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--only", default="L0 flight;monitor;L1")
+    ap.add_argument("--inside", type=int, default=8, help="steps timed inside the recording's parts")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         with tempfile.TemporaryDirectory() as tmp:
-            print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp)), flush=True)
+            print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp, a.inside)), flush=True)
         return
     print(f"{'configuration':<14}{'way':<20}{'step ms':>9}{'overhead':>10}{'share':>8}   medians of {a.rounds} steps")
+    insides = []
     for name in a.only.split(";"):
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--rounds",
-                               str(a.rounds), "--warmup", str(a.warmup)], capture_output=True, text=True, timeout=3600)
+                               str(a.rounds), "--warmup", str(a.warmup), "--inside", str(a.inside)],
+                              capture_output=True, text=True, timeout=3600)
         line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
@@ -99,6 +163,16 @@ def main() -> None:
             over = r[w] - base
             share = f"{(total - over) / total:>8.2f}" if w not in ("no tool", "all") and total > 0 else f"{'':>8}"
             print(f"{name if w == WAYS[0] else '':<14}{w:<20}{r[w]:>9.1f}{over:>+10.1f}{share}")
+        insides.append((name, r["inside"], total))
+    print(f"\n{'configuration':<14}{'part':<22}{'ms/step':>9}{'of overhead':>13}   "
+          f"inside \"all\", medians of {a.inside} steps")
+    for name, parts, total in insides:
+        print(f"{name:<14}{'step (timed)':<22}{parts['step']:>9.1f}")
+        for part in PARTS:
+            share = f"{parts[part] / total:>13.2f}" if total > 0 else f"{'-':>13}"
+            print(f"{'':<14}{part:<22}{parts[part]:>9.2f}{share}")
+        rest = total - sum(parts[p] for p in PARTS)
+        print(f"{'':<14}{'the rest of overhead':<22}{rest:>9.2f}" + (f"{rest / total:>13.2f}" if total > 0 else ""))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import warnings
 from typing import Any, List, Optional
@@ -257,3 +258,39 @@ def test_restore_switches_interception_off_and_removes_hooks(tmp_path):
     rec.start(model=object())
     rec.restore()
     assert fw.api[-1] is False and fw.restored and not rec.api_on
+
+
+class LateRankFramework(FakeFramework):
+    """torch.distributed comes up in the middle of a step: the rank is unknown until ``known`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known = False
+        self.asked = 0
+
+    def rank(self) -> Optional[int]:
+        self.asked += 1
+        return 5 if self.known else None
+
+
+def test_a_records_step_directory_check_asks_for_no_rank_and_the_rank_found_later_names_the_step(tmp_path):
+    fw = LateRankFramework()
+    rec, _ = _recorder(tmp_path, fw)
+    rec.start(model=object())
+    asked = fw.asked
+    for _ in range(50):
+        rec.module_exit(rec.module_enter("Module.fc.Linear.", (), None), None, FakeTensor(1.0), dict)
+    assert fw.asked == asked  # a record's check is an attribute read, not a lookup per record
+    fw.known = True
+    for _ in range(2):
+        rec.module_exit(rec.module_enter("Module.fc.Linear.", (), None), None, FakeTensor(2.0), dict)
+    rec.stop()
+    rec.step()
+    assert os.listdir(tmp_path / "d" / "step0") == ["rank5"]  # stop() found the rank: proc{pid} was renamed
+    data = json.loads((tmp_path / "d" / "step0" / "rank5" / "dump.json").read_text())["data"]
+    assert len(data) == 52 and data["Module.fc.Linear.forward.51"]["output"][0]["Max"] == 2.0
+    rec.start(model=object())
+    rec.module_exit(rec.module_enter("Module.fc.Linear.", (), None), None, FakeTensor(3.0), dict)
+    rec.stop()
+    rec.step()
+    assert os.listdir(tmp_path / "d" / "step1") == ["rank5"]
