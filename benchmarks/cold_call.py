@@ -4,7 +4,8 @@ caches, as the ops of a training step do), in one process, the two ways alternat
     python benchmarks/cold_call.py [--calls 2000]
 
 The calls: a torch op on a 256-element tensor (``torch.relu``), the encoder's entry for that tensor (one recorded
-tensor of the tool), ``os.getpid()`` (a system call the hooks make), a Python attribute read, and an empty timing
+tensor of the tool), a hook on an autograd node (``grad_fn.register_hook``, what each recorded call's backward record
+costs in the forward), ``os.getpid()`` (a system call the hooks make), a Python attribute read, and an empty timing
 pair (what ``perf_counter_ns`` itself adds). Prints the median ns of each, warm and cold, and their ratio. The
 tool's per-record cost in a step is made of such calls: what a tight loop measures is not what a step pays.
 """
@@ -24,6 +25,10 @@ sys.path.insert(0, HERE)
 from abba import debugger_for  # noqa: E402
 
 
+def _noop(grad_inputs, grad_outputs) -> None:
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=2000)
@@ -33,6 +38,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         enc = debugger_for("L1", tmp).runtime.encoder
         t = torch.randn(256)
+        node = (torch.randn(256, requires_grad=True) * 2).grad_fn
         big = torch.randn(4 * 2**20)  # 16 MB, more than this machine's last-level cache share
 
         class Holder:
@@ -43,6 +49,7 @@ def main() -> None:
             "empty timing pair": lambda: None,
             "torch.relu, 256 floats": lambda: torch.relu(t),
             "encoder entry, 256 floats": lambda: enc.encode([t], [], None),
+            "grad_fn.register_hook": lambda: node.register_hook(_noop),
             "os.getpid()": os.getpid,
             "attribute read": lambda: h.pid,
         }
