@@ -77,6 +77,9 @@ class Recorder:
         self._auto_started = False
         self._env_rank: List[Optional[int]] = []
         self.pid = os.getpid()
+        # set in a fork child by the at-fork handler below: the hooks read it on every call, where os.getpid()
+        # is a system call (start, stop, step and shutdown still compare the pid)
+        self.forked = False
         self._warned_cannot: set = set()
         fw.install(self)
         atexit.register(self.shutdown)
@@ -94,7 +97,7 @@ class Recorder:
 
     def active(self) -> bool:
         """Recording is possible in this thread right now: this process, not the tool's own work."""
-        return os.getpid() == self.pid and not self.tls.busy
+        return not self.forked and not self.tls.busy
 
     def start(self, model: Any = None, token_range: Any = None, rank_id: Optional[int] = None,
               lazy: bool = False) -> None:
@@ -395,7 +398,7 @@ class Recorder:
     def param_grad(self, prefix: str, pname: str, grad_of: Callable[[], Any]) -> None:
         """A parameter's gradient accumulated: one member of ``{module}.parameters_grad.{k}``."""
         s = self.session
-        if not s.running or self.tls.busy or os.getpid() != self.pid:
+        if not s.running or self.tls.busy or self.forked:
             return
         try:
             with self.fw.quiet():
@@ -476,6 +479,7 @@ def _forked_child(ref: Callable[[], Optional[Recorder]]) -> Callable[[], None]:
     def after_in_child() -> None:
         rec = ref()
         if rec is not None:
+            rec.forked = True
             rec.session.running = False
             rec.api_on = False
 

@@ -255,7 +255,7 @@ class ApiHooks:
         hooks = self
 
         def __call__(prim, *args, **kwargs):
-            if tls.busy or tls.in_api or os.getpid() != rt.pid:
+            if tls.busy or tls.in_api or rt.forked:
                 return orig_call(prim, *args, **kwargs)
             s = rt.session
             if not (s.running and rt.api_level):
@@ -273,7 +273,7 @@ class ApiHooks:
     def call_api(self, func, base: str, prefix: str, api: str, args: tuple, kwargs: dict):
         rec = self.rec
         s = rec.session
-        if not s.running or os.getpid() != rec.pid:
+        if not s.running or rec.forked:
             return func(*args, **kwargs)
         idx = s.api_counts.get(base, 0)
         fkey = names.api_key(base, idx, names.FORWARD)
@@ -426,7 +426,7 @@ class ApiHooks:
         rec = self.rec
 
         def hook(grads):
-            if os.getpid() != rec.pid or rec.session.ended:
+            if rec.forked or rec.session.ended:
                 return None
             tls.busy = True
             try:

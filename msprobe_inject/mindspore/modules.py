@@ -3,7 +3,6 @@ models, and ``Parameter.register_hook`` for parameter gradients."""
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -58,7 +57,7 @@ class CellHooks:
     # ---- forward ----
     def _pre(self, cell, args, kwargs):
         rec = self.rec
-        if tls.busy or os.getpid() != rec.pid:
+        if tls.busy or rec.forked:
             return None
         prefix = self.names.get(cell)
         if prefix is None or not (rec.session.running and rec.module_level):
@@ -69,7 +68,7 @@ class CellHooks:
 
     def _post(self, cell, args, kwargs, output):
         rec = self.rec
-        if tls.busy or os.getpid() != rec.pid or not tls.frames:
+        if tls.busy or rec.forked or not tls.frames:
             return None
         frame: Optional[ModuleFrame] = tls.frames.pop()
         if frame is None:

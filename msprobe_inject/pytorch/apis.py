@@ -8,7 +8,6 @@ through the recorder's guarded helpers: one quiet section for the inputs, one fo
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Dict
 
@@ -124,7 +123,7 @@ class ApiHooks:
         base, listed, prefix, api = info
         rec = self.rec
         s = rec.session
-        if not s.running or os.getpid() != rec.pid:
+        if not s.running or rec.forked:
             return func(*args, **kwargs)
         idx = s.api_counts.get(base, 0)
         fkey = names.api_key(base, idx, names.FORWARD)
@@ -234,7 +233,7 @@ class ApiHooks:
         rec = self.rec
 
         def hook(grad_inputs, grad_outputs):
-            if tls.busy or os.getpid() != rec.pid or rec.session.ended:
+            if tls.busy or rec.forked or rec.session.ended:
                 return None
             guard = quiet()
             try:

@@ -3,7 +3,6 @@ parameter-gradient hooks on each parameter's AccumulateGrad node. No module is c
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -210,7 +209,7 @@ class ModuleHooks:
     # ---- forward ----
     def _pre(self, module, args):
         rec = self.rec
-        if tls.busy or _is_compiling() or os.getpid() != rec.pid:
+        if tls.busy or rec.forked or _is_compiling():
             return None
         depth = tls.depth
         tls.depth = depth + 1
@@ -273,7 +272,7 @@ class ModuleHooks:
 
     def _closing(self, module, args, kwargs, output):
         rec = self.rec
-        if tls.busy or _is_compiling() or os.getpid() != rec.pid:
+        if tls.busy or rec.forked or _is_compiling():
             return None
         raised = output is _RAISED
         tls.depth = max(0, tls.depth - 1)

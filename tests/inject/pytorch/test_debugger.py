@@ -262,6 +262,39 @@ dist.destroy_process_group()
     assert rec["output"][0]["Max"] == 1.0
 
 
+def test_a_fork_child_runs_the_parents_hooks_and_records_nothing(tmp_path):
+    """The hooks know a fork child by a flag its at-fork handler sets (no os.getpid() per call): the child runs the
+    parent's backward graph and a forward of its own through every hook, and sends nothing; the parent records on."""
+    code = PREAMBLE + """
+debugger = PrecisionDebugger(dump_path="d", level="mix")
+rec = debugger.runtime
+m = Net()
+debugger.start(model=m)
+loss = m(torch.randn(5, 4)).sum()
+sent = rec.writer.records_sent
+pid = os.fork()
+if pid == 0:
+    status = 1
+    try:
+        loss.backward(retain_graph=True)  # the parent's graph: API backward hooks, module capture, gradient hooks
+        m(torch.randn(5, 4)).sum().backward()  # module hooks and the API mode in the child
+        status = (0 if rec.forked else 2) | (0 if rec.writer.records_sent == sent else 4)
+    finally:
+        os._exit(status)
+print("CHILD", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), "PARENT", rec.forked)
+loss.backward()
+debugger.stop()
+debugger.step()
+"""
+    proc = run_py(code, str(tmp_path))
+    assert "CHILD 0 PARENT False" in proc.stdout
+    d = load_dump(str(tmp_path / "d"))["data"]
+    for key in ("Functional.linear.0.backward", "Functional.relu.0.backward", "Module.fc1.Linear.backward.0",
+                "Module.fc1.Linear.parameters_grad.0"):
+        assert key in d, key
+    assert "Functional.linear.2.forward" not in d  # the child's forward was not counted here either
+
+
 def test_config_validation_names_the_key():
     cases = {"task": "overflow", "level": "L3", "summary_mode": "crc", "step": [-1], "rank": "0",
              "data_mode": ["all", "input"], "async_dump": 1, "precision": "mid", "risk_level": "LOW",
