@@ -1,12 +1,13 @@
-/* One pass over a contiguous float32 buffer: max, min, sum and sum of squares; optionally the
+/* One pass over a contiguous float32 buffer: max, min and sum of squares; optionally the
  * CRC-32 (zlib's polynomial, the md5 summary mode) of the same bytes while they are in L1.
  *
  * torch needs three passes for the statistics (aminmax, sum, dot), each with its own dispatch and,
  * for a tensor larger than the cache, its own trip through memory. Sixteen float lanes per block of
  * 2048 elements vectorise without reassociation flags; block sums are carried in double, so the
  * result is at least as close to the exact value as torch's float reductions. NaN is not propagated
- * by the comparisons: the caller checks that sum and sum of squares are finite and otherwise falls
- * back to torch, which keeps torch's NaN/Inf semantics exactly.
+ * by the comparisons: the caller checks that the sum of squares is finite (a NaN or an infinity makes it
+ * NaN or infinite) and otherwise falls back to torch, which keeps torch's NaN/Inf semantics exactly.
+ * The Mean is torch's own sum, read with the same bytes (f32_mean below), so no plain sum is kept here.
  *
  * The CRC is ISA-L's when encode.py hands its address over (set_crc), else the carry-less-multiply
  * folding below; either way it hashes each 16 KiB piece right after the statistics read it, so a
@@ -29,19 +30,19 @@
 #define NOGIL_FROM 65536    /* elements; below this, releasing the GIL costs more than it frees */
 #define SUB (2 * BLOCK)      /* elements hashed right after they are reduced: 16 KiB stays in L1 */
 
-/* one block x[0:m) (m a multiple of LANES) into the lanes' running max and min and fresh lane sums s and q: the
- * float operations every reader of the kernel makes, so that split reads give one read's bits */
+/* one block x[0:m) (m a multiple of LANES) into the lanes' running max and min and fresh lane sums of squares q:
+ * the float operations every reader of the kernel makes, so that split reads give one read's bits. No plain sum:
+ * the Mean is torch's (its own additions, read alongside), and a NaN or an infinity shows in q as in a sum. */
 static inline __attribute__((always_inline)) void
-f32_block(const float *x, Py_ssize_t m, float *mx, float *mn, float *s, float *q)
+f32_block(const float *x, Py_ssize_t m, float *mx, float *mn, float *q)
 {
     for (int k = 0; k < LANES; k++)
-        s[k] = q[k] = 0.0f;
+        q[k] = 0.0f;
     for (Py_ssize_t i = 0; i < m; i += LANES) {
         for (int k = 0; k < LANES; k++) {
             float v = x[i + k];
             mx[k] = v > mx[k] ? v : mx[k];
             mn[k] = v < mn[k] ? v : mn[k];
-            s[k] += v;
             q[k] += v * v;
         }
     }
@@ -50,13 +51,13 @@ f32_block(const float *x, Py_ssize_t m, float *mx, float *mn, float *s, float *q
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-/* acc: max, min, sum, sum of squares so far; continued over x[0:n] (the same result in pieces of
+/* acc: max, min, sum of squares so far; continued over x[0:n] (the same result in pieces of
  * whole blocks as in one call) */
 static void
 f32_pass(const float *x, Py_ssize_t n, double *acc)
 {
-    float mx[LANES], mn[LANES], s[LANES], q[LANES];
-    double S = acc[2], Q = acc[3];
+    float mx[LANES], mn[LANES], q[LANES];
+    double Q = acc[2];
     Py_ssize_t i = 0;
     for (int k = 0; k < LANES; k++) {
         mx[k] = -INFINITY;
@@ -66,12 +67,10 @@ f32_pass(const float *x, Py_ssize_t n, double *acc)
         Py_ssize_t end = i + BLOCK;
         if (end > n)
             end = n - (n - i) % LANES;
-        f32_block(x + i, end - i, mx, mn, s, q);
+        f32_block(x + i, end - i, mx, mn, q);
         i = end;
-        for (int k = 0; k < LANES; k++) {
-            S += s[k];
+        for (int k = 0; k < LANES; k++)
             Q += q[k];
-        }
     }
     float MX = (float)acc[0], MN = (float)acc[1];
     for (int k = 0; k < LANES; k++) {
@@ -82,25 +81,23 @@ f32_pass(const float *x, Py_ssize_t n, double *acc)
         float v = x[i];
         MX = v > MX ? v : MX;
         MN = v < MN ? v : MN;
-        S += v;
         Q += (double)v * v;
     }
     acc[0] = MX;
     acc[1] = MN;
-    acc[2] = S;
-    acc[3] = Q;
+    acc[2] = Q;
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 /* f32_pass over x[0:n] (n a multiple of LANES, from a block boundary) for another thread: each block's lane sums
- * and lane sums of squares go to parts (2 * LANES floats per block) for the caller to add into its doubles in
- * order, the lanes' max and min folded into *MX and *MN, so that the figures come out as one f32_pass's */
+ * of squares go to parts (LANES floats per block) for the caller to add into its double in order, the lanes' max
+ * and min folded into *MX and *MN, so that the figures come out as one f32_pass's */
 static void
 f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
 {
-    float mx[LANES], mn[LANES], s[LANES], q[LANES];
+    float mx[LANES], mn[LANES], q[LANES];
     Py_ssize_t i = 0;
     for (int k = 0; k < LANES; k++) {
         mx[k] = -INFINITY;
@@ -110,13 +107,11 @@ f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
         Py_ssize_t end = i + BLOCK;
         if (end > n)
             end = n;
-        f32_block(x + i, end - i, mx, mn, s, q);
+        f32_block(x + i, end - i, mx, mn, q);
         i = end;
-        for (int k = 0; k < LANES; k++) { /* not memcpy: that keeps s and q in memory through the loop */
-            parts[k] = s[k];
-            parts[LANES + k] = q[k];
-        }
-        parts += 2 * LANES;
+        for (int k = 0; k < LANES; k++) /* not memcpy: that keeps q in memory through the loop */
+            parts[k] = q[k];
+        parts += LANES;
     }
     for (int k = 0; k < LANES; k++) {
         *MX = mx[k] > *MX ? mx[k] : *MX;
@@ -293,14 +288,14 @@ crc_update(uint32_t crc, const unsigned char *p, size_t n)
 enum { JOB_STATS = 1, JOB_CRC = 2 };
 
 typedef struct {
-    double mx, mn, s, q;
+    double mx, mn, q; /* max, min, sum of squares */
     uint32_t crc;
 } result_t;
 
 static void
 run_job(const char *base, Py_ssize_t n, Py_ssize_t width, int what, result_t *r)
 {
-    double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0};
+    double acc[3] = {-INFINITY, INFINITY, 0.0};
     r->crc = 0;
     if (what == JOB_CRC) {
         r->crc = crc_update(0, (const unsigned char *)base, (size_t)n * (size_t)width);
@@ -313,7 +308,7 @@ run_job(const char *base, Py_ssize_t n, Py_ssize_t width, int what, result_t *r)
             r->crc = crc_update(r->crc, (const unsigned char *)((const float *)base + i), (size_t)m * 4);
         }
     }
-    r->mx = acc[0], r->mn = acc[1], r->s = acc[2], r->q = acc[3];
+    r->mx = acc[0], r->mn = acc[1], r->q = acc[2];
 }
 
 /* parse (address, count) and run the job, the GIL released for large buffers; -1 with an exception set */
@@ -347,24 +342,24 @@ run_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_ssize_t 
     return 0;
 }
 
-/* f32(address, count) -> (max, min, sum, sum of squares) */
+/* f32(address, count) -> (max, min, sum of squares) */
 static PyObject *
 fastats_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     result_t r;
     if (run_args(args, nargs, "f32(address, count)", 4, JOB_STATS, &r) < 0)
         return NULL;
-    return Py_BuildValue("(dddd)", r.mx, r.mn, r.s, r.q);
+    return Py_BuildValue("(ddd)", r.mx, r.mn, r.q);
 }
 
-/* f32_crc(address, count) -> (max, min, sum, sum of squares, crc32 of the 4 * count bytes) */
+/* f32_crc(address, count) -> (max, min, sum of squares, crc32 of the 4 * count bytes) */
 static PyObject *
 fastats_f32_crc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     result_t r;
     if (run_args(args, nargs, "f32_crc(address, count)", 4, JOB_STATS | JOB_CRC, &r) < 0)
         return NULL;
-    return Py_BuildValue("(ddddk)", r.mx, r.mn, r.s, r.q, (unsigned long)r.crc);
+    return Py_BuildValue("(dddk)", r.mx, r.mn, r.q, (unsigned long)r.crc);
 }
 
 /* crc32(address, nbytes) -> zlib.crc32 of the bytes */
@@ -681,7 +676,7 @@ mean_args(PyObject *const *args, const char *name, const float **p, Py_ssize_t *
 static void
 run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result_t *r)
 {
-    double acc[4] = {-INFINITY, INFINITY, 0.0, 0.0};
+    double acc[3] = {-INFINITY, INFINITY, 0.0};
     r->crc = 0;
     for (Py_ssize_t i = 0; i < n; i += SUB) {
         Py_ssize_t m = n - i < SUB ? n - i : SUB;
@@ -690,7 +685,7 @@ run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result
         if (crc)
             r->crc = crc_update(r->crc, (const unsigned char *)(x + i), (size_t)m * 4);
     }
-    r->mx = acc[0], r->mn = acc[1], r->s = acc[2], r->q = acc[3];
+    r->mx = acc[0], r->mn = acc[1], r->q = acc[2];
 }
 
 /* ---- the same read shared with torch's intra-op threads ----
@@ -710,7 +705,7 @@ typedef struct {
     const float *x;
     Py_ssize_t kb, ke;       /* the kernel's elements [kb, ke): whole blocks but a last one of whole lanes */
     float mx, mn;
-    float *parts;            /* 2 * LANES floats per block */
+    float *parts;            /* LANES floats per block */
     size_t cap;              /* floats allocated at parts */
     int crc;                 /* hash [kb, ke) too, into hash */
     uint32_t hash;
@@ -724,7 +719,7 @@ share_run(share_t *w)
     for (Py_ssize_t i = w->kb; i < w->ke; i += SUB) {
         Py_ssize_t m = w->ke - i < SUB ? w->ke - i : SUB;
         f32_parts(w->x + i, m, parts, &w->mx, &w->mn);
-        parts += 2 * LANES * ((m + BLOCK - 1) / BLOCK);
+        parts += LANES * ((m + BLOCK - 1) / BLOCK);
         ts_sum_feed(&w->sum, i + m);
         if (w->crc)
             w->hash = crc_update(w->hash, (const unsigned char *)(w->x + i), (size_t)m * 4);
@@ -754,13 +749,20 @@ typedef int (*omp_int_t)(void);
 static gomp_parallel_t gomp_parallel;
 static omp_int_t omp_thread_num, omp_num_threads;
 static pid_t omp_pid; /* a forked child's OpenMP team is its parent's, which it does not have: libgomp would hang */
+static pid_t own_pid; /* this process's pid, set by use_omp and in a fork child: no system call per tensor */
+
+static void
+own_pid_in_child(void)
+{
+    own_pid = getpid();
+}
 
 static share_t shares[POOL_MAX];
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER; /* one tensor at a time uses shares */
 
 typedef struct {
     int ways;
-    double acc[4];
+    double acc[3];
 } team_t;
 
 static void
@@ -780,7 +782,7 @@ team_body(void *arg)
 static int
 share_set(share_t *w, const ts_sum_t *s, Py_ssize_t kb, Py_ssize_t ke, int first, int last, int crc)
 {
-    const size_t need = (size_t)2 * LANES * (size_t)((ke - kb + BLOCK - 1) / BLOCK);
+    const size_t need = (size_t)LANES * (size_t)((ke - kb + BLOCK - 1) / BLOCK);
     if (need > w->cap) {
         float *p = realloc(w->parts, need * sizeof(float));
         if (p == NULL)
@@ -809,10 +811,10 @@ run_shared(const float *x, Py_ssize_t n, int ways, int crc, ts_sum_t *s, result_
     for (int j = 0; j < ways; j++)
         if (!share_set(&shares[j], s, kb[j], kb[j + 1], rb[j], rb[j + 1], crc))
             return 0;
-    team_t team = {ways, {-INFINITY, INFINITY, 0.0, 0.0}};
+    team_t team = {ways, {-INFINITY, INFINITY, 0.0}};
     gomp_parallel(team_body, &team, (unsigned)ways, 0);
     float MX = (float)team.acc[0], MN = (float)team.acc[1];
-    double S = team.acc[2], Q = team.acc[3];
+    double Q = team.acc[2];
     uint32_t hash = shares[0].hash;
     for (int j = 0; j < ways; j++) {
         const share_t *w = &shares[j];
@@ -824,22 +826,19 @@ run_shared(const float *x, Py_ssize_t n, int ways, int crc, ts_sum_t *s, result_
             hash = crc_combine(hash, w->hash, (uint64_t)(w->ke - w->kb) * 4);
         MX = w->mx > MX ? w->mx : MX;
         MN = w->mn < MN ? w->mn : MN;
-        const float *p = w->parts, *end = p + 2 * LANES * ((w->ke - w->kb + BLOCK - 1) / BLOCK);
-        for (; p < end; p += 2 * LANES)
-            for (int k = 0; k < LANES; k++) {
-                S += p[k];
-                Q += p[LANES + k];
-            }
+        const float *p = w->parts, *end = p + LANES * ((w->ke - w->kb + BLOCK - 1) / BLOCK);
+        for (; p < end; p += LANES)
+            for (int k = 0; k < LANES; k++)
+                Q += p[k];
     }
     for (Py_ssize_t i = tail; i < n; i++) {
         float v = x[i];
         MX = v > MX ? v : MX;
         MN = v < MN ? v : MN;
-        S += v;
         Q += (double)v * v;
     }
     r->crc = crc && tail < n ? crc_update(hash, (const unsigned char *)(x + tail), (size_t)(n - tail) * 4) : hash;
-    r->mx = MX, r->mn = MN, r->s = S, r->q = Q;
+    r->mx = MX, r->mn = MN, r->q = Q;
     return 1;
 }
 #endif
@@ -856,7 +855,7 @@ run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, in
     int ways = workers < s.runs ? workers : s.runs;
     if (ways > POOL_MAX)
         ways = POOL_MAX;
-    if (n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && getpid() == omp_pid
+    if (n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
         && pthread_mutex_trylock(&pool_mu) == 0) {
         done = run_shared(x, n, ways, crc, &s, r);
         pthread_mutex_unlock(&pool_mu);
@@ -885,7 +884,7 @@ stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, int wo
     }
 }
 
-/* f32_mean(address, count, lanes, threads[, crc]) -> f32's four values and torch.mean of the buffer, as torch
+/* f32_mean(address, count, lanes, threads[, crc]) -> f32's three values and torch.mean of the buffer, as torch
  * computes it with `threads` intra-op threads and float vectors of `lanes`; with crc true, f32_crc's CRC-32 last */
 static PyObject *
 fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -916,8 +915,8 @@ fastats_f32_mean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     float mean;
     stats_mean(p, n, (int)lanes, (int)threads, crc, (int)(workers < POOL_MAX ? workers : POOL_MAX), &r, &mean);
     if (crc)
-        return Py_BuildValue("(dddddk)", r.mx, r.mn, r.s, r.q, (double)mean, (unsigned long)r.crc);
-    return Py_BuildValue("(ddddd)", r.mx, r.mn, r.s, r.q, (double)mean);
+        return Py_BuildValue("(ddddk)", r.mx, r.mn, r.q, (double)mean, (unsigned long)r.crc);
+    return Py_BuildValue("(dddd)", r.mx, r.mn, r.q, (double)mean);
 }
 
 /* tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer, as a float (see above) */
@@ -1287,7 +1286,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             mean = (double)(torch_sum_f32(p, n, E.lanes) / (float)n);
             norm = sqrt(r.q);
         }
-        if (scalar || isfinite(r.s + r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
+        if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
             snprintf(hex, sizeof hex, "%08lx", (unsigned long)r.crc);
             PyObject *shape = PySequence_List(size);
             PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyFloat_FromDouble(r.mx),
@@ -1488,7 +1487,11 @@ fastats_use_omp(PyObject *self, PyObject *arg)
     omp_int_t num = (omp_int_t)dlsym(h, "omp_get_thread_num"), team = (omp_int_t)dlsym(h, "omp_get_num_threads");
     if (par == NULL || num == NULL || team == NULL)
         Py_RETURN_FALSE; /* the handle stays open: the library was loaded before and stays */
-    omp_thread_num = num, omp_num_threads = team, omp_pid = getpid();
+    static int handler;
+    if (!handler && pthread_atfork(NULL, NULL, own_pid_in_child) != 0)
+        Py_RETURN_FALSE;
+    handler = 1;
+    omp_thread_num = num, omp_num_threads = team, omp_pid = own_pid = getpid();
     gomp_parallel = par;
     Py_RETURN_TRUE;
 #else
@@ -1501,13 +1504,13 @@ static PyMethodDef methods[] = {
      "use_omp(path or None): f32_mean shares large reads with the OpenMP team of the loaded libgomp at path"},
     {"set_crc", fastats_set_crc, METH_O, "set_crc(address): the CRC-32 function to use (0: built-in)"},
     {"f32", (PyCFunction)(void (*)(void))fastats_f32, METH_FASTCALL,
-     "f32(address, count) -> (max, min, sum, sum of squares) of a contiguous float32 buffer"},
+     "f32(address, count) -> (max, min, sum of squares) of a contiguous float32 buffer"},
     {"f32_crc", (PyCFunction)(void (*)(void))fastats_f32_crc, METH_FASTCALL,
-     "f32_crc(address, count) -> f32's four values and the buffer's CRC-32 (zlib.crc32)"},
+     "f32_crc(address, count) -> f32's three values and the buffer's CRC-32 (zlib.crc32)"},
     {"tmean", (PyCFunction)(void (*)(void))fastats_tmean, METH_FASTCALL,
      "tmean(address, count, lanes) -> torch.mean of a contiguous float32 buffer (its CPU kernel's order)"},
     {"f32_mean", (PyCFunction)(void (*)(void))fastats_f32_mean, METH_FASTCALL,
-     "f32_mean(address, count, lanes, threads[, crc[, workers]]) -> f32's four values and torch.mean (its CPU "
+     "f32_mean(address, count, lanes, threads[, crc[, workers]]) -> f32's three values and torch.mean (its CPU "
      "kernel's order, split over threads as torch splits it), and with crc true the buffer's CRC-32; a large buffer "
      "is read by up to workers threads (default: threads), with the same results"},
     {"xor64", (PyCFunction)(void (*)(void))fastats_xor64, METH_FASTCALL,

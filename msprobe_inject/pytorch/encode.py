@@ -469,15 +469,15 @@ def _f32_kernel(t: torch.Tensor, crc: bool):
         try:
             if _mean_fused:
                 r = _fast_f32_mean(t.data_ptr(), n, _tmean_lanes, _num_threads() if n >= _TMEAN_BELOW else 1, crc)
-                mean = r[4]
+                mean = r[3]
             else:
                 r = (_fast_f32_crc if crc else _fast_f32)(t.data_ptr(), n)
         except (RuntimeError, ValueError):  # no data pointer (a functorch or fake tensor), or 256+ threads
             r = None
         if r is not None:
             crc_hex = f"{r[-1]:08x}" if crc else None
-            if _isfinite(r[2] + r[3]):
-                return (r[0], r[1], _mean(t, n) if mean is None else mean, _sqrt(r[3])), READY, crc_hex
+            if _isfinite(r[2]):
+                return (r[0], r[1], _mean(t, n) if mean is None else mean, _sqrt(r[2])), READY, crc_hex
             return (*_f32_torch_stats(t), crc_hex)
     return (*_f32_torch_stats(t), None)
 
@@ -571,7 +571,7 @@ def _split_mean_exact(pool: torch.Tensor) -> bool:
         for i, n in enumerate((_TMEAN_BELOW - 1, _TMEAN_BELOW, _TMEAN_BELOW + 1, 65_537, 100_003, 262_144, 299_990)):
             x = pool[i:i + n]
             got = _fast_f32_mean(x.data_ptr(), n, _tmean_lanes, threads if n >= _TMEAN_BELOW else 1)
-            if got[4] != x.mean().item():
+            if got[3] != x.mean().item():
                 return False
         return True
     except Exception:  # the kernel, then torch.mean
@@ -606,8 +606,8 @@ def _f32_strided(t: torch.Tensor) -> Optional[tuple]:
     c = t.contiguous()
     if type(c) is _TENSOR and not c.is_neg():
         r = _fast_f32(c.data_ptr(), c.numel())
-        if _isfinite(r[2] + r[3]):
-            return (r[0], r[1], t.mean().item(), _sqrt(r[3])), READY
+        if _isfinite(r[2]):
+            return (r[0], r[1], t.mean().item(), _sqrt(r[2])), READY
     return None  # NaN/Inf: torch's reductions, for its semantics
 
 
