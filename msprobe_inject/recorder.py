@@ -31,14 +31,19 @@ from .writer import Construct, Merge, Record
 class ModuleFrame:
     """One module call between its forward pre-hook and its forward hook."""
 
-    __slots__ = ("fkey", "bkey", "prefix", "keep", "backward")
+    __slots__ = ("fkey", "index", "prefix", "keep", "backward")
 
-    def __init__(self, fkey: str, bkey: str, prefix: str, keep: bool):
+    def __init__(self, fkey: str, index: int, prefix: str, keep: bool):
         self.fkey = fkey
-        self.bkey = bkey
+        self.index = index
         self.prefix = prefix
         self.keep = keep
         self.backward: Any = None  # the adapter's backward capture of this call
+
+    @property
+    def bkey(self) -> str:
+        """The key of this call's backward record: spelled only where backward is captured."""
+        return names.module_key(self.prefix, names.BACKWARD, self.index)
 
 
 class Recorder:
@@ -246,6 +251,7 @@ class Recorder:
     def stack(self, key: str, skip: int) -> None:
         """The caller's stack for stack.json; skip: frames of the tool above the user's call."""
         if self.extra:
+            self.session.ensure_open()
             self.writer.stack(key, skip + 1)
 
     def call_through(self, func: Callable[..., Any], args: Any, kwargs: Any, base: str) -> Any:
@@ -286,27 +292,29 @@ class Recorder:
         framework hands them to the forward hook instead. None when the call cannot be recorded."""
         fkey = None
         try:
-            with self.fw.quiet():
-                s = self.session
-                idx = s.next_module_index(prefix)
-                fkey = names.module_key(prefix, names.FORWARD, idx)
-                stack = self.tls.stack
-                parent = stack[-1] if stack else None
-                keep = self.keep(fkey, stack)
-                stack.append(fkey)
-                frame = ModuleFrame(fkey, names.module_key(prefix, names.BACKWARD, idx), prefix, keep)
-                s.ensure_open()
-                self.place(fkey, parent)
-                if keep and self.fwd:
-                    if self.inp:
+            s = self.session
+            idx = s.next_module_index(prefix)
+            fkey = names.module_key(prefix, names.FORWARD, idx)
+            stack = self.tls.stack
+            parent = stack[-1] if stack else None
+            keep = self.keep(fkey, stack)
+            stack.append(fkey)
+            frame = ModuleFrame(fkey, idx, prefix, keep)
+            # what follows opens the step's directory itself where it sends anything (a place, a merge, a stack),
+            # and runs torch (quiet) only to encode inputs: a call that records only its outputs (the monitor
+            # preset, data_mode output) does neither here
+            self.place(fkey, parent)
+            if keep and self.fwd:
+                if self.inp:
+                    with self.fw.quiet():
                         pending: list = []
                         enc = self.encoder
                         members = {"input_args": enc.encode(list(args), pending, self.files(fkey, "input")),
                                    "input_kwargs": enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
                                    if kwargs else {}}
                         self.merge(fkey, members, pending)
-                    self.stack(fkey, 4)
-                return frame
+                self.stack(fkey, 4)
+            return frame
         except Exception as exc:
             self.log(f"module pre-hook failed: {type(exc).__name__}: {exc}", fkey)
             return None

@@ -34,10 +34,7 @@ class Filters:
         self.level = cfg.level
         self._scope_state = 0  # 0 before, 1 inside, 2 after
         self._closing: Optional[str] = None
-
-    @property
-    def active(self) -> bool:
-        return self.has_list or bool(self.scope)
+        self.active = self.has_list or bool(self.scope)  # read for every record; the settings are fixed
 
     def reset(self) -> None:
         self._scope_state = 0

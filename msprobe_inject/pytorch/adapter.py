@@ -56,9 +56,7 @@ class TorchFramework:
         self._encoder = encode.Encoder(cfg, tensor_dir, writer)
         return self._encoder
 
-    @staticmethod
-    def quiet() -> Quiet:
-        return Quiet()
+    quiet = Quiet  # a class: fw.quiet() makes the context manager without a call in between
 
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:

@@ -294,3 +294,38 @@ def test_a_records_step_directory_check_asks_for_no_rank_and_the_rank_found_late
     rec.stop()
     rec.step()
     assert os.listdir(tmp_path / "d" / "step1") == ["rank5"]
+
+
+class QuietCounting(FakeFramework):
+    def __init__(self) -> None:
+        super().__init__()
+        self.quiets = 0
+
+    @contextlib.contextmanager
+    def quiet(self):
+        self.quiets += 1
+        with super().quiet():
+            yield
+
+
+def test_a_module_call_recording_only_its_outputs_runs_nothing_quiet_before_them_and_lands_in_its_step(tmp_path):
+    """A module's forward pre-hook encodes nothing when only outputs are recorded (data_mode output, the monitor
+    preset): it enters no quiet section, and its place and stack still open the step's directory and land there."""
+    fw = QuietCounting()
+    rec, _ = _recorder(tmp_path, fw, level="L0", data_mode=["output"])
+    for step in range(2):
+        rec.start(model=object())
+        frame = rec.module_enter("Module.fc.Linear.", (FakeTensor(1.0),), None)
+        assert fw.quiets == 0
+        rec.module_exit(frame, None, FakeTensor(2.0 + step), dict)
+        assert fw.quiets == 1
+        fw.quiets = 0
+        rec.stop()
+        rec.step()
+    for step in range(2):
+        data = _data(tmp_path, step)["data"]
+        assert data == {"Module.fc.Linear.forward.0": {"output": [{"type": "fake.Tensor", "Max": 2.0 + step}],
+                                                       "parameters": {}}}
+        assert _data(tmp_path, step, "construct.json") == {"Module.fc.Linear.forward.0": None}
+        stacks = _data(tmp_path, step, "stack.json")
+        assert [keys for keys, _ in stacks.values()] == [["Module.fc.Linear.forward.0"]]
