@@ -2,14 +2,17 @@
 part of it switched off at a time, and without recording, in one process (each way two steps in a row, the first
 not counted; the ways in turn, reversed every other round), so all see the same machine, memory and model.
 
-    python benchmarks/record_parts.py [--rounds 12] [--only "L0 flight;monitor;L1"]
+    python benchmarks/record_parts.py [--rounds 12] [--only "L0 flight;monitor;L1"] [--ways "no tool;all"]
+        [--inside 8]
 
 Ways: "no tool" (the debugger not started: its hooks return at once), "all", "no encoding" (values and tensors
 encoded as empty: no statistics read), "no stacks", "no records sent" (records, members and construct entries
 dropped before the writer and its journal), "no module backward" (no backward capture of module calls), and "bare
 hooks" (no encoding, no stacks, no records sent). Prints each way's median step and its overhead over "no tool";
 a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
-way that is not the code's never runs in a job.
+way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps seconds apart,
+so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the ways named
+("no tool" and "all" always), so that more rounds of those fit in the same time.
 
 Then ``--inside`` more steps of "all" with the recording's functions timed (exclusive time: a function's time less
 that of the timed functions it calls), medians in ms per step: the statistics (``Encoder.encode``, ``Encoder.tensor``),
@@ -50,7 +53,7 @@ WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no mod
 _DROPPED = ("Record", "Merge", "Construct")
 
 
-def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8) -> dict:
+def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, ways: tuple = WAYS) -> dict:
     debugger = debugger_for(name, tmp)
     rec = debugger.runtime
     enc_type, writer_type = type(rec.encoder), type(rec.writer)
@@ -78,9 +81,9 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8) ->
     model, opt, ids = gpt2()
     for _ in range(warmup):
         train_step(model, opt, ids, debugger)
-    got: dict = {w: [] for w in WAYS}
+    got: dict = {w: [] for w in ways}
     for r in range(rounds):
-        for way in (WAYS if r % 2 == 0 else WAYS[::-1]):
+        for way in (ways if r % 2 == 0 else ways[::-1]):
             set_way(way)
             dbg = None if way == "no tool" else debugger
             for k in range(2):
@@ -90,7 +93,9 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8) ->
                     got[way].append(time.perf_counter() - t0)
     set_way("all")
     out = {w: statistics.median(v) * 1e3 for w, v in got.items()}
-    out["inside"] = inside(lambda: train_step(model, opt, ids, debugger), steps=inside_steps)
+    # each round's "all" over its "no tool", a few seconds apart: the machine's drift between rounds cancels
+    out["ratios"] = [a / b for a, b in zip(got["all"], got["no tool"])]
+    out["inside"] = inside(lambda: train_step(model, opt, ids, debugger), steps=inside_steps) if inside_steps else {}
     return out
 
 
@@ -141,29 +146,42 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--only", default="L0 flight;monitor;L1")
-    ap.add_argument("--inside", type=int, default=8, help="steps timed inside the recording's parts")
+    ap.add_argument("--inside", type=int, default=8, help="steps timed inside the recording's parts (0: none)")
+    ap.add_argument("--ways", default=";".join(WAYS), help="the ways run, of: " + "; ".join(WAYS)
+                    + " (\"no tool\" and \"all\" always)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    picked = {w.strip() for w in a.ways.split(";")} | {"no tool", "all"}
+    unknown = picked - set(WAYS)
+    if unknown:
+        raise SystemExit(f"--ways: unknown {sorted(unknown)}; allowed values: {'; '.join(WAYS)}")
+    ways = tuple(w for w in WAYS if w in picked)
     if a.worker:
         with tempfile.TemporaryDirectory() as tmp:
-            print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp, a.inside)), flush=True)
+            print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp, a.inside, ways)), flush=True)
         return
     print(f"{'configuration':<14}{'way':<20}{'step ms':>9}{'overhead':>10}{'share':>8}   medians of {a.rounds} steps")
     insides = []
     for name in a.only.split(";"):
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, "--rounds",
-                               str(a.rounds), "--warmup", str(a.warmup), "--inside", str(a.inside)],
+                               str(a.rounds), "--warmup", str(a.warmup), "--inside", str(a.inside), "--ways", a.ways],
                               capture_output=True, text=True, timeout=3600)
         line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
         r = json.loads(line[0][7:])
         base, total = r["no tool"], r["all"] - r["no tool"]
-        for w in WAYS:
+        for w in ways:
             over = r[w] - base
             share = f"{(total - over) / total:>8.2f}" if w not in ("no tool", "all") and total > 0 else f"{'':>8}"
-            print(f"{name if w == WAYS[0] else '':<14}{w:<20}{r[w]:>9.1f}{over:>+10.1f}{share}")
-        insides.append((name, r["inside"], total))
+            print(f"{name if w == ways[0] else '':<14}{w:<20}{r[w]:>9.1f}{over:>+10.1f}{share}")
+        q = statistics.quantiles(r["ratios"], n=4) if len(r["ratios"]) > 1 else r["ratios"] * 3
+        print(f"{'':<14}{'all / no tool':<20}{statistics.median(r['ratios']):>9.3f}   per round, median "
+              f"(quartiles {q[0]:.3f}–{q[2]:.3f})")
+        if r["inside"]:
+            insides.append((name, r["inside"], total))
+    if not insides:
+        return
     print(f"\n{'configuration':<14}{'part':<22}{'ms/step':>9}{'of overhead':>13}   "
           f"inside \"all\", medians of {a.inside} steps")
     for name, parts, total in insides:
