@@ -55,16 +55,12 @@ def run(name: str, steps: int, warmup: int, tmp: str, baseline: str) -> dict:
     return got
 
 
-def _bytes(value, depth: int = 0) -> int:
+def _bytes(value) -> int:
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if depth < 8 and isinstance(value, (list, tuple)):
-        return sum(_bytes(v, depth + 1) for v in value)
-    if depth < 8 and isinstance(value, dict):
-        return sum(_bytes(v, depth + 1) for v in value.values())
-    return 0
+    from msprobe_inject.values import tensor_paths
+
+    return sum(t.numel() * t.element_size() for t, _ in tensor_paths(value, torch.Tensor, []))
 
 
 def main() -> None:

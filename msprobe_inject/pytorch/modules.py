@@ -245,7 +245,8 @@ class ModuleHooks:
             return None
         tls.busy = True  # not quiet: the hooked tensors go back to the user, subclasses intact
         try:
-            bw = _ModuleBackward(module, self._bw_hook(frame.bkey), self._bw_pre(frame.bkey))
+            bkey = frame.bkey
+            bw = _ModuleBackward(module, self._bw_hook(bkey), self._bw_pre(bkey))
             hooked = bw.inputs(args)
             frame.backward = bw
             return hooked if hooked is not args else None

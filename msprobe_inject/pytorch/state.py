@@ -39,15 +39,12 @@ def loud(guard) -> None:
 
 
 class Quiet:
-    """quiet()/loud() as a context manager, for the recorder's bodies (theirs inlined: a body runs once per record)."""
+    """quiet()/loud() as a context manager, for the recorder's bodies."""
 
     __slots__ = ("_guard",)
 
     def __enter__(self) -> None:
-        tls.busy = True
-        guard = self._guard = _NO_TF()
-        guard.__enter__()
+        self._guard = quiet()
 
     def __exit__(self, *exc: Any) -> None:
-        self._guard.__exit__(None, None, None)
-        tls.busy = False
+        loud(self._guard)
