@@ -5,7 +5,7 @@ the reported figure is the median step time over all measured steps of all round
 against "none". mindstudio-probe's configurations run too when it is installed.
 
     python benchmarks/overhead.py [--rounds 3] [--steps 20] [--warmup 5] [--json out.json] [--only "none;L1"]
-                                  [--baseline DIR] [--clock wall|cpu]
+                                  [--baseline DIR] [--clock wall|cpu] [--optimizer loop|foreach]
 
 With ``--baseline DIR`` (a checkout of another revision, e.g. ``git worktree add DIR REV``, with the
 statistics kernel built or copied in), each of our configurations also runs with that checkout's
@@ -57,7 +57,10 @@ PAIRS = {"L0": "msprobe L0", "L1": "msprobe L1", "mix": "msprobe mix",
 
 
 def gpt2() -> tuple:
-    """The benchmark's model, optimizer and batch: a tiny GPT-2, the same in every process."""
+    """The benchmark's model, optimizer and batch: a tiny GPT-2, the same in every process. The optimizer is
+    AdamW as torch picks its implementation for CPU tensors (a loop of per-parameter ops, each an API call a dump
+    records), or with OVERHEAD_OPTIMIZER=foreach the multi-tensor one torch picks by default for CUDA and NPU
+    parameters (``torch._foreach_*`` calls, which msprobe's API list does not hold)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
@@ -65,7 +68,9 @@ def gpt2() -> tuple:
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=1000, n_positions=128))
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-4), torch.randint(0, 1000, (8, 128))
+    foreach = True if os.environ.get("OVERHEAD_OPTIMIZER") == "foreach" else None
+    return (model, torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=foreach),
+            torch.randint(0, 1000, (8, 128)))
 
 
 def train_step(model, opt, ids, debugger) -> None:
@@ -190,6 +195,9 @@ def main() -> None:
     ap.add_argument("--baseline", default="", help="a checkout of another revision to compare against, interleaved")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="cpu: the process's CPU time per step (all threads), for a machine under other load")
+    ap.add_argument("--optimizer", choices=["loop", "foreach"], default=os.environ.get("OVERHEAD_OPTIMIZER", "loop"),
+                    help="foreach: AdamW's multi-tensor implementation, torch's default on CUDA and NPU (also "
+                         "OVERHEAD_OPTIMIZER=foreach, which the other benchmarks on this model read)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
@@ -198,6 +206,7 @@ def main() -> None:
         print(f"BW {bandwidth()}")
         return
     CLOCK[0] = a.clock
+    os.environ["OVERHEAD_OPTIMIZER"] = a.optimizer  # the workers' gpt2() reads it
     if a.worker:
         worker(a.worker, json.loads(a.settings), a.steps, a.warmup, a.dump)
         return
@@ -237,7 +246,7 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = statistics.median(samples["none"])
-    result = {"step_ms_none": base * 1000, "configs": {}}
+    result = {"step_ms_none": base * 1000, "optimizer": a.optimizer, "configs": {}}
     print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}{'vs @base':>10}"
           "  vs @base per round")
     for n in names:
