@@ -17,9 +17,11 @@ so the machine's drift over the run cancels): their median and quartiles. ``--wa
 Then ``--inside`` more steps of "all" with the recording's functions timed (exclusive time: a function's time less
 that of the timed functions it calls), medians in ms per step: the statistics (``Encoder.encode``, ``Encoder.tensor``),
 the journal and the hand-off to the writer (``DumpWriter.send``), the stacks (``DumpWriter.stack``), the step
-directory's check (``Session.ensure_open``), the recorder's module, gradient and backward bodies around those, and
-start, stop and step. What the step's overhead holds besides these is torch's hook dispatch, the hooks' own Python
-before they reach the recorder, the API hooks, and what the timing itself adds.
+directory's check (``Session.ensure_open``), the recorder's module, gradient and backward bodies around those,
+start, stop and step, and the forward side of a module call's backward capture (``_ModuleBackward.inputs`` and
+``outputs``: the view or function its tensors pass through, and the hook on its node). What the step's overhead
+holds besides these is torch's hook dispatch, the hooks' own Python before they reach the recorder, the API hooks,
+and what the timing itself adds.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ PARTS = {  # part -> (module path, class, method names), timed by exclusive time
                         ("module_enter", "module_exit", "module_backward", "module_backward_pre", "backward_record",
                          "param_grad", "record", "merge", "place", "keep")),
     "start, stop, step": ("msprobe_inject.recorder", "Recorder", ("start", "stop", "step")),
+    "module backward set-up": ("msprobe_inject.pytorch.modules", "_ModuleBackward", ("inputs", "outputs")),
 }
 WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no module backward", "bare hooks")
 _DROPPED = ("Record", "Merge", "Construct")

@@ -19,13 +19,20 @@ _RAISED = object()  # torch calls an always_call hook without kwargs when forwar
 _RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
 
 
+try:
+    _DEFAULT_META = torch._C._autograd.CreationMeta(0)  # built once: a pybind enum costs a microsecond per call
+    _get_meta, _set_meta = torch._C._autograd._get_creation_meta, torch._C._autograd._set_creation_meta
+except Exception:  # a torch without creation metadata: its views carry nothing to reset
+    _DEFAULT_META = None
+
+
 def _fix_view(t):
     # BackwardHookFunction returns views; reset their creation meta so in-place ops on module
     # inputs/outputs (nn.ReLU(inplace=True), y.add_()) keep working, as msprobe does.
-    if isinstance(t, torch.Tensor) and t._base is not None:
+    if _DEFAULT_META is not None and isinstance(t, torch.Tensor) and t._base is not None:
         try:
-            if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta(0):
-                torch._C._autograd._set_creation_meta(t, torch._C._autograd.CreationMeta(0))
+            if _get_meta(t) != _DEFAULT_META:
+                _set_meta(t, _DEFAULT_META)
         except Exception:
             pass
     return t
@@ -108,8 +115,11 @@ class _ModuleBackward:
         return self._through(args, tensors, self._on_input) if tensors else args
 
     def outputs(self, output):
-        tensors: List[torch.Tensor] = []
-        _collect(output, tensors)
+        if type(output) is torch.Tensor:  # most modules return one tensor: no walk
+            tensors = [output] if _hookable(output) else []
+        else:
+            tensors = []
+            _collect(output, tensors)
         return self._through(output, tensors, self._on_output) if tensors else output
 
     @staticmethod
@@ -125,6 +135,11 @@ class _ModuleBackward:
         if node is None:
             return value
         node.register_prehook(fn)
+        # a module's single output, or its one positional input: what _rebuild gives, without its walk
+        if value is t:
+            return _fix_view(hooked[0])
+        if type(value) is tuple and len(value) == 1 and value[0] is t:
+            return (_fix_view(hooked[0]),)
         try:
             return _rebuild(value, iter(hooked))
         except Exception:

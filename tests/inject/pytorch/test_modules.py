@@ -154,6 +154,25 @@ def test_single_tensors_take_the_view_and_others_the_function():
     assert torch.equal(grad_out[0], torch.ones(1, 2)) and torch.equal(grad_in[0], lin.weight.sum(0, keepdim=True))
 
 
+def test_a_single_output_or_input_handed_back_can_be_modified_in_place_as_the_modules_own():
+    """A chunk of torch.split is a view that autograd forbids modifying in place; the view the backward capture hands
+    back in its place is an ordinary view (as msprobe's BackwardHookFunction path makes it), whether it stands for a
+    module's single output or for its one positional input."""
+    seen = []
+    lin = nn.Linear(4, 4)
+    bw = _ModuleBackward(lin, lambda *a: seen.append(a), lambda *a: None)
+    x = torch.randn(2, 8, requires_grad=True)
+    h = x * 1
+    with pytest.raises(RuntimeError, match="modified inplace"):
+        h.split(4, dim=1)[0].add_(1)
+    (xv,) = bw.inputs((h.split(4, dim=1)[0],))
+    xv.mul_(2)
+    y = bw.outputs(h.split(4, dim=1)[1])
+    y.add_(1)
+    (xv.sum() + y.sum()).backward()
+    assert torch.equal(x.grad, torch.cat([torch.full((2, 4), 2.0), torch.ones(2, 4)], dim=1))
+
+
 def test_a_failing_hook_never_reaches_backward():
     def boom(*_):
         raise RuntimeError("tool bug")
