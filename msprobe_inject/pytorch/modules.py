@@ -69,6 +69,8 @@ def _collect(item, out, depth=0):
 
 
 def _rebuild(item, it, depth=0):
+    if type(item) is tuple and depth <= 32:  # first: a module's positional inputs pass here on every call
+        return tuple([_rebuild(v, it, depth + 1) for v in item])
     if _hookable(item):
         return _fix_view(next(it))
     if depth > 32:
@@ -115,11 +117,8 @@ class _ModuleBackward:
         return self._through(args, tensors, self._on_input) if tensors else args
 
     def outputs(self, output):
-        if type(output) is torch.Tensor:  # most modules return one tensor: no walk
-            tensors = [output] if _hookable(output) else []
-        else:
-            tensors = []
-            _collect(output, tensors)
+        tensors: List[torch.Tensor] = []
+        _collect(output, tensors)
         return self._through(output, tensors, self._on_output) if tensors else output
 
     @staticmethod
@@ -135,11 +134,6 @@ class _ModuleBackward:
         if node is None:
             return value
         node.register_prehook(fn)
-        # a module's single output, or its one positional input: what _rebuild gives, without its walk
-        if value is t:
-            return _fix_view(hooked[0])
-        if type(value) is tuple and len(value) == 1 and value[0] is t:
-            return (_fix_view(hooked[0]),)
         try:
             return _rebuild(value, iter(hooked))
         except Exception:
