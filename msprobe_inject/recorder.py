@@ -364,7 +364,7 @@ class Recorder:
 
     def module_backward_pre(self, bkey: str) -> None:
         """The output gradients of a module call arrived: its backward call starts (construct.json parent)."""
-        if os.getpid() != self.pid:
+        if self.forked:
             return
         try:
             stack = self.tls.stack
@@ -376,7 +376,7 @@ class Recorder:
 
     def module_backward(self, bkey: str, grad_input: Any, grad_output: Any) -> None:
         """The gradients of a module call's inputs are in: its backward record."""
-        if os.getpid() != self.pid:
+        if self.forked:
             return
         stack = self.tls.stack
         if bkey in stack:

@@ -72,7 +72,7 @@ def _rebuild(item, it, depth=0):
     if type(item) is tuple and depth <= 32:  # first: a module's positional inputs pass here on every call
         return tuple([_rebuild(v, it, depth + 1) for v in item])
     if _hookable(item):
-        return _fix_view(next(it))
+        return next(it)
     if depth > 32:
         return item
     if isinstance(item, list):
@@ -125,10 +125,13 @@ class _ModuleBackward:
     def _through(value, tensors, fn):
         t = tensors[0]
         if len(tensors) == 1 and type(t) is torch.Tensor and t.layout is _STRIDED and not t.is_nested:
-            hooked = (t.view_as(t),)
-            node = hooked[0].grad_fn
+            v = t.view_as(t)
+            # in grad mode a view of a tensor that is no view is created with the default meta: only a view's
+            # view can inherit one that forbids in-place ops (a split's chunk)
+            hooked = (v,) if t._base is None else (_fix_view(v),)
+            node = v.grad_fn
         else:  # sparse and nested tensors have no view; subclasses keep their own dispatch
-            hooked = _HookFn.apply(*tensors)
+            hooked = tuple([_fix_view(h) for h in _HookFn.apply(*tensors)])
             node = next((h.grad_fn for h in hooked if h.grad_fn is not None
                          and h.grad_fn.name() == "BackwardHookFunctionBackward"), None)
         if node is None:

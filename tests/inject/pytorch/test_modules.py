@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.hooks import BackwardHook
 from util import PREAMBLE, load_dump, rank_dir, run_py
 
-from msprobe_inject.pytorch.modules import _collect, _ModuleBackward, _rebuild
+from msprobe_inject.pytorch.modules import _collect, _fix_view, _ModuleBackward, _rebuild
 
 
 def _reference(module, hook, pre):
@@ -20,7 +20,7 @@ def _reference(module, hook, pre):
     def through(setup, value):
         tensors: list = []
         _collect(value, tensors)
-        hooked = setup(tuple(tensors))
+        hooked = tuple([_fix_view(h) for h in setup(tuple(tensors))])
         return _rebuild(value, iter(hooked)) if tensors else value
 
     return bw, lambda a: through(bw.setup_input_hook, a), lambda o: through(bw.setup_output_hook, o)
