@@ -2,7 +2,9 @@
 
 Each configuration runs in its own process; configurations are interleaved over several rounds and
 the reported figure is the median step time over all measured steps of all rounds. Ratios are
-against "none". mindstudio-probe's configurations run too when it is installed.
+against "none". Beside it, each round's median over that round's "none" (median and quartiles over the
+rounds): the machine's drift between processes cancels from those. mindstudio-probe's configurations
+run too when it is installed.
 
     python benchmarks/overhead.py [--rounds 3] [--steps 20] [--warmup 5] [--json out.json] [--only "none;L1"]
                                   [--baseline DIR] [--clock wall|cpu] [--optimizer loop|foreach]
@@ -185,6 +187,15 @@ def run_one(name: str, steps: int, warmup: int, tmp: str, baseline: str = "") ->
     raise RuntimeError(f"{name} ({root}) failed:\n{proc.stderr[-3000:]}")
 
 
+def _quartiles(xs: list) -> tuple:
+    """First quartile, median and third quartile of a non-empty list (the median for fewer than four)."""
+    if len(xs) < 4:
+        m = statistics.median(xs)
+        return m, m, m
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[1], q[2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -247,8 +258,8 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     base = statistics.median(samples["none"])
     result = {"step_ms_none": base * 1000, "optimizer": a.optimizer, "configs": {}}
-    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'overhead/msprobe':>18}{'vs @base':>10}"
-          "  vs @base per round")
+    print(f"\n{'configuration':<22}{'median step ms':>16}{'ratio':>8}{'per round (quartiles)':>24}"
+          f"{'overhead/msprobe':>18}{'vs @base':>10}  vs @base per round")
     for n in names:
         med = statistics.median(samples[n])
         ratio = med / base
@@ -256,6 +267,12 @@ def main() -> None:
         rel = ""
         pair = PAIRS.get(n)
         entry["round_medians_ms"] = [x * 1000 for x in per_round[n]]
+        # each round's median over that round's "none": the two ran a minute apart, so the machine's drift over
+        # the run (its speed moves by several per cent between processes here) cancels out of each quotient
+        paired = sorted(x / y for x, y in zip(per_round[n], per_round["none"]))
+        entry["ratio_per_round"] = paired
+        q = _quartiles(paired)
+        per = f"{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})" if n != "none" else ""
         if n + BASE_SUFFIX in samples:
             entry["vs_base"] = med / statistics.median(samples[n + BASE_SUFFIX])
             entry["vs_base_per_round"] = [x / y for x, y in zip(per_round[n], per_round[n + BASE_SUFFIX])]
@@ -267,7 +284,7 @@ def main() -> None:
         result["configs"][n] = entry
         vs = f"{entry['vs_base']:.3f}" if "vs_base" in entry else ""
         rounds = ", ".join(f"{x:.3f}" for x in entry.get("vs_base_per_round", ()))
-        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{rel:>18}{vs:>10}  {rounds}".rstrip())
+        print(f"{n:<22}{med * 1000:>16.1f}{ratio:>8.2f}{per:>24}{rel:>18}{vs:>10}  {rounds}".rstrip())
     bw_out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "bandwidth"], capture_output=True,
                             text=True, timeout=600).stdout
     bw = float(bw_out.split()[-1])
