@@ -67,6 +67,24 @@ def test_random_values_encode_as_json_dumps_does(seed):
         assert encoding.encode(v) == json.dumps(v)
 
 
+def test_floats_seen_before_are_spelled_as_the_first_time_whatever_shares_their_slot():
+    """The encoder keeps the text of recent floats by their bits: a float met again, after thousands of others
+    took the slots (0.0 and -0.0, a float32's value and its neighbours, any bit pattern), is spelled as
+    json.dumps spells it."""
+    rng = random.Random(7)
+    pool = [0.0, -0.0, 5e-324, -5e-324, 1e16, 1e-5]
+    for _ in range(3000):
+        f32 = struct.unpack("<f", struct.pack("<f", rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30)))[0]
+        bits = struct.unpack("<Q", struct.pack("<d", f32))[0]
+        pool += [f32, struct.unpack("<d", struct.pack("<Q", bits ^ 1))[0], _float(rng)]
+    for _ in range(4):
+        rng.shuffle(pool)
+        for i in range(0, len(pool), 7):
+            chunk = pool[i:i + 7]
+            assert jenc.encode(chunk) == json.dumps(chunk)
+        assert jenc.encode(pool) == json.dumps(pool)
+
+
 def test_a_record_body_is_encoded_by_the_c_encoder():
     entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 4], "Max": 1.2345678901234567,
              "Min": -0.9876, "Mean": math.nan, "Norm": math.inf, "requires_grad": True, "data_name": "a\u00e9.pt"}
