@@ -22,7 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from abba import alternate, cli, debugger_for, report  # noqa: E402
+from abba import alternate, cli, debugger_for, report, timed  # noqa: E402
 from overhead import gpt2, train_step  # noqa: E402
 
 
@@ -43,17 +43,6 @@ def _baseline_encode(baseline: str):
     return encode
 
 
-def _cpu_timed(f, slot):
-    def wrapped(*a, **k):
-        t0 = time.thread_time()
-        try:
-            return f(*a, **k)
-        finally:
-            slot[0] += time.thread_time() - t0
-
-    return wrapped
-
-
 def run(name: str, steps: int, warmup: int, tmp: str, baseline: str) -> dict:
     import msprobe_inject.writer as W
 
@@ -62,7 +51,7 @@ def run(name: str, steps: int, warmup: int, tmp: str, baseline: str) -> dict:
     if plain(sample) != W.encode(sample) or plain(sample) != json.dumps(sample):
         raise SystemExit("the two encoders do not write the same text")
     spent = [0.0]
-    ways = {"slots": _cpu_timed(W.encode, spent), "plain": _cpu_timed(plain, spent)}
+    ways = {"slots": timed(W.encode, spent, time.thread_time), "plain": timed(plain, spent, time.thread_time)}
     debugger = debugger_for(name, tmp)
 
     def set_way(way: str) -> None:
