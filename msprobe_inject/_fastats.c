@@ -122,6 +122,58 @@ f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
 /* ---- CRC-32 (reflected 0xEDB88320, zlib's crc32) ---- */
 
 #define POLY 0xedb88320u
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+/* f32_pass's sum of squares alone, continued from Q over x[0:n] (from a block boundary), the same additions in the
+ * same order (its bits): the monitor preset's Norm. Without the max and min lanes the read is bound by the lanes'
+ * additions only. */
+static double
+f32_sumsq(const float *x, Py_ssize_t n, double Q)
+{
+    float q[LANES];
+    Py_ssize_t i = 0;
+    while (i + LANES <= n) {
+        Py_ssize_t end = i + BLOCK;
+        if (end > n)
+            end = n - (n - i) % LANES;
+        for (int k = 0; k < LANES; k++)
+            q[k] = 0.0f;
+        for (Py_ssize_t j = i; j < end; j += LANES)
+            for (int k = 0; k < LANES; k++) {
+                float v = x[j + k];
+                q[k] += v * v;
+            }
+        i = end;
+        for (int k = 0; k < LANES; k++)
+            Q += q[k];
+    }
+    for (; i < n; i++)
+        Q += (double)x[i] * x[i];
+    return Q;
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+/* f32_sumsq's lane sums of whole blocks [0, nb) of x, LANES floats per block into parts, for another thread */
+static void
+f32_sumsq_parts(const float *x, Py_ssize_t nb, float *parts)
+{
+    for (Py_ssize_t b = 0; b < nb; b++, x += BLOCK, parts += LANES) {
+        float q[LANES];
+        for (int k = 0; k < LANES; k++)
+            q[k] = 0.0f;
+        for (Py_ssize_t j = 0; j < BLOCK; j += LANES)
+            for (int k = 0; k < LANES; k++) {
+                float v = x[j + k];
+                q[k] += v * v;
+            }
+        for (int k = 0; k < LANES; k++)
+            parts[k] = q[k];
+    }
+}
+
 static uint32_t crc_table[256];
 static int have_clmul;
 
@@ -884,6 +936,77 @@ stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, int wo
     }
 }
 
+/* f32_sumsq over x[0:n), shared with up to `workers` threads of torch's team from PAR_FROM elements: each reads
+ * whole blocks into their lane sums, which this thread adds in block order, so the bits are one thread's. The GIL
+ * released for large buffers (the caller holds a reference to their owner). */
+#ifdef HAVE_POOL
+typedef struct {
+    const float *x;
+    Py_ssize_t nb;
+    int ways;
+    float *parts;
+} norm_team_t;
+
+static float *norm_parts; /* LANES floats per block, under pool_mu */
+static size_t norm_cap;
+
+static void
+norm_body(void *arg)
+{
+    norm_team_t *t = arg;
+    const int nt = omp_num_threads();
+    for (int j = omp_thread_num(); j < t->ways; j += nt > 0 ? nt : t->ways) {
+        Py_ssize_t b0 = t->nb * j / t->ways, b1 = t->nb * (j + 1) / t->ways;
+        f32_sumsq_parts(t->x + b0 * BLOCK, b1 - b0, t->parts + b0 * LANES);
+    }
+}
+#endif
+
+static double
+run_sumsq(const float *x, Py_ssize_t n, int workers)
+{
+#ifdef HAVE_POOL
+    int ways = workers < POOL_MAX ? workers : POOL_MAX;
+    Py_ssize_t nb = n / BLOCK;
+    if (n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
+        && pthread_mutex_trylock(&pool_mu) == 0) {
+        double Q = -1.0;
+        size_t need = (size_t)nb * LANES;
+        if (need > norm_cap) {
+            float *p = realloc(norm_parts, need * sizeof(float));
+            if (p != NULL)
+                norm_parts = p, norm_cap = need;
+        }
+        if (need <= norm_cap) {
+            norm_team_t team = {x, nb, ways, norm_parts};
+            gomp_parallel(norm_body, &team, (unsigned)ways, 0);
+            Q = 0.0;
+            for (const float *p = norm_parts, *end = p + need; p < end; p += LANES)
+                for (int k = 0; k < LANES; k++)
+                    Q += p[k];
+        }
+        pthread_mutex_unlock(&pool_mu);
+        if (Q >= 0.0)
+            return f32_sumsq(x + nb * BLOCK, n - nb * BLOCK, Q);
+    }
+#endif
+    return f32_sumsq(x, n, 0.0);
+}
+
+static double
+sumsq(const float *x, Py_ssize_t n, int workers)
+{
+    double q;
+    if (n >= NOGIL_FROM) {
+        Py_BEGIN_ALLOW_THREADS
+        q = run_sumsq(x, n, workers);
+        Py_END_ALLOW_THREADS
+    } else {
+        q = run_sumsq(x, n, workers);
+    }
+    return q;
+}
+
 /* f32_mean(address, count, lanes, threads[, crc]) -> f32's three values and torch.mean of the buffer, as torch
  * computes it with `threads` intra-op threads and float vectors of `lanes`; with crc true, f32_crc's CRC-32 last */
 static PyObject *
@@ -1101,7 +1224,9 @@ permuted_dense(PyObject *t)
     return contiguous_in(size, stride, ix, nd);
 }
 
-enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2 }; /* the summary modes, as encode.py's _ENTRY_MODES */
+/* the summary modes, as encode.py's _ENTRY_MODES; MODE_NORM: the Norm alone, Max, Min and Mean null (the monitor
+ * preset's statistics), any size read here on the calling thread */
+enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2, MODE_NORM = 3 };
 
 /* ---- encode.StatCache, for the tensors above max elements read here: the same dict, keys and values as
  * encode.py's StatCache.key/get/put, so that a tensor read by either path is found by both ---- */
@@ -1207,7 +1332,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     Py_ssize_t n = PyLong_AsSsize_t(o);
     Py_DECREF(o);
     int large = n > E.max_numel;
-    if (n < 1 || (large && (threads < 1 || mode == MODE_XOR))) {
+    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR))) {
         PyErr_Clear();
         return NOT_MINE;
     }
@@ -1216,7 +1341,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         return NOT_MINE;
     /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
     int contiguous = attr_is(t, S_is_contiguous, 1, Py_True);
-    if (!contiguous && (mode != MODE_STATISTICS || !permuted_dense(t)))
+    if (!contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
         return NOT_MINE;
     PyObject *ptr = PyObject_CallMethodNoArgs(t, S_data_ptr);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
@@ -1241,7 +1366,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         return NOT_MINE;
     }
     PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
-    if (large && cache != Py_None) {
+    if (large && cache != Py_None && mode != MODE_NORM) { /* the cache holds all four figures */
         entries = PyObject_GetAttr(cache, S_entries);
         if (entries != NULL && PyDict_Check(entries) && (key = cache_key(t, ptr, size, contiguous, n)) != NULL)
             stat = cache_get(cache, entries, key, mode == MODE_MD5, &crc);
@@ -1264,6 +1389,22 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         d = dict_of(kv, 5);
         Py_XDECREF(shape);
         Py_XDECREF(sum);
+    } else if (mode == MODE_NORM) { /* {type, dtype, shape, Max, Min, Mean: null, Norm, requires_grad} */
+        double q = 0.0, norm;
+        if (scalar) {
+            norm = *p; /* a 0-d tensor's figures are its value */
+        } else {
+            q = sumsq(p, n, threads);
+            norm = sqrt(q);
+        }
+        if (isfinite(q)) { /* NaN/Inf: encode.py's path, torch's reductions */
+            PyObject *shape = PySequence_List(size), *nv = PyFloat_FromDouble(norm);
+            PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, Py_None, K_min, Py_None,
+                                K_mean, Py_None, K_norm, nv, K_requires_grad, rg};
+            d = dict_of(kv, 8);
+            Py_XDECREF(shape);
+            Py_XDECREF(nv);
+        }
     } else if (stat != NULL) { /* a cached tensor's figures */
         PyObject *shape = PySequence_List(size);
         PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(stat, 0),
@@ -1362,9 +1503,9 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *value = args[0], *fallback = args[1], *pending = args[2], *out, *e, *key;
     long mode = PyLong_AsLong(args[3]);
-    if (mode < MODE_STATISTICS || mode > MODE_XOR) {
+    if (mode < MODE_STATISTICS || mode > MODE_NORM) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5) or 2 (xor)");
+            PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5), 2 (xor) or 3 (norm)");
         return NULL;
     }
     long threads = nargs >= 5 ? PyLong_AsLong(args[4]) : 0;
@@ -1517,9 +1658,9 @@ static PyMethodDef methods[] = {
      "xor64(address, nbytes) -> the XOR of the buffer's little-endian 64-bit words, zero-padded"},
     {"entries", (PyCFunction)(void (*)(void))fastats_entries, METH_FASTCALL,
      "entries(value, fallback, pending, mode[, threads[, cache]]) -> msprobe's entries of a list, tuple or dict in "
-     "summary mode 0 (statistics), 1 (md5) or 2 (xor), its small CPU float32 tensors (with threads, torch's thread "
-     "count: its larger ones too, but for xor, through cache unless None) and scalars encoded here, the rest by "
-     "fallback; NotImplemented for another value"},
+     "summary mode 0 (statistics), 1 (md5), 2 (xor) or 3 (the Norm alone), its small CPU float32 tensors (with "
+     "threads, torch's thread count: its larger ones too, but for xor, through cache unless None; in mode 3 any size, "
+     "uncached) and scalars encoded here, the rest by fallback; NotImplemented for another value"},
     {"cache_setup", fastats_cache_setup, METH_VARARGS,
      "cache_setup(READY, storage_refs): the final kind and whether a storage's Python object lives as long as the "
      "storage, for the statistics cache entries looks up and fills"},

@@ -103,6 +103,12 @@ class DumpConfig:
         """Records hold inputs: data_mode asks for them and the preset keeps them (monitor: outputs only)."""
         return self.input_enabled and self.preset != "monitor"
 
+    @property
+    def norm_only(self) -> bool:
+        """Tensor entries carry their Norm alone, Max, Min and Mean null (monitor: the norms are its signals; in the
+        statistics mode, where the others cost most of the read)."""
+        return self.preset == "monitor" and self.summary_mode == "statistics" and self.task == "statistics"
+
 
 def _allowed(values) -> str:
     return ", ".join(repr(v) for v in values)

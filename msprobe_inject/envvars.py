@@ -181,9 +181,9 @@ OPTIONS: Tuple[Option, ...] = (
            "Flight recorder: the records the spike rule watches, a regular expression searched in record names "
            "(default `loss|parameters_grad|clip_grad_norm`: the loss and the gradient norms)."),
     Option(PRESET, "preset", ("--preset",), "str", "NAME",
-           "`monitor`: level L0 recording only module forward outputs and parameter gradients, without stacks "
-           "or the module tree: the signals of msprobe's monitor, at the lowest cost. Pairs with "
-           "`--flight-recorder`.",
+           "`monitor`: level L0 recording only the norms of module forward outputs and parameter gradients (Max, "
+           "Min and Mean null), without stacks or the module tree: the signals of msprobe's monitor, at the "
+           "lowest cost. Pairs with `--flight-recorder`.",
            choices=("monitor",)),
     Option(RUN_ID, None, ("--run-id",), "str", "ID",
            "Id shared by all nodes of one job (default `--rdzv-id` under c10d, else a fresh uuid).",

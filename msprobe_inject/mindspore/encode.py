@@ -95,12 +95,15 @@ def resolve(pending: list) -> None:
             pass  # the entry keeps null statistics; a broken tensor must not stop the writer
 
 
-def stat_of(t: ms.Tensor, high_precision: bool, dt: Any = None):
-    """(values, kind) launched on the device, or (None, None) when msprobe writes nulls."""
+def stat_of(t: ms.Tensor, high_precision: bool, dt: Any = None, norm_only: bool = False):
+    """(values, kind) launched on the device, or (None, None) when msprobe writes nulls. norm_only: a float
+    tensor's Norm alone (the other values None), no other kernel."""
     if dt is None:
         dt = t.dtype  # each dtype read may wait for PyNative's pipeline: callers pass it when they have it
     if t.size == 0 or dt in _FP8:
         return None, None
+    if norm_only and (dt == ms.bool_ or dt in _COMPLEX):
+        return None, None  # msprobe writes no Norm for these
     if dt == ms.bool_:
         if t.ndim == 0:
             return [t, t, None, None], "b"
@@ -109,7 +112,7 @@ def stat_of(t: ms.Tensor, high_precision: bool, dt: Any = None):
         return [snapshot(t)], "c"
     if t.ndim == 0:
         v = _TENSOR_COPY(t)
-        return [v, v, v, v], "s"
+        return ([None, None, None, v] if norm_only else [v, v, v, v]), "s"
     x = t
     if high_precision or dt not in _FLOATS:
         x = t.float()  # msprobe: ints, float64 and precision "high" are reduced in float32
@@ -117,6 +120,8 @@ def stat_of(t: ms.Tensor, high_precision: bool, dt: Any = None):
         x = t.float()  # MindSpore's CPU reduce kernels have no bfloat16
     # Norm as sqrt(sum(x*x)): mint.norm needs LinalgVectorNorm, which the CPU build lacks.
     xf = x if x.dtype not in _LOW_FLOATS else x.float()
+    if norm_only:
+        return [None, None, None, _SQRT(_SUM(_TENSOR_MUL(xf, xf)))], "f"
     return [_MAX(x), _MIN(x), _MEAN(x), _SQRT(_SUM(_TENSOR_MUL(xf, xf)))], "f"
 
 
@@ -232,7 +237,7 @@ class Encoder(entries.EncoderBase):
                 pending.append((entry, snapshot(t), "xor"))
             return entry
         entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = None
-        values, kind = stat_of(t, self.high, dt)
+        values, kind = stat_of(t, self.high, dt, self.norm_only)
         if values is not None:
             pending.append((entry, values, kind))
         if file_name is not None:

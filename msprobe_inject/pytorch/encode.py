@@ -274,7 +274,11 @@ def _finish_norms(due: list) -> None:
             except Exception:  # one at a time; a tensor whose norm fails keeps none (the writer names it)
                 norms = [_norm_or_none(t) for t in tensors]
             for stat, norm in zip(stats, norms):
-                if len(stat) == 5:  # one figure list twice in a value (the statistics cache): done once
+                if len(stat) != 5:  # one figure list twice in a value (the statistics cache): done once
+                    continue
+                if stat[0] is None:  # norm_only's [None, None, None, None, t]: the norm alone, kind "n"
+                    stat[:] = [norm]
+                else:
                     stat[3] = norm
                     del stat[4]  # the tensor itself is no longer held
     finally:
@@ -313,6 +317,13 @@ def _fill(item, vals: Optional[list], sqrt=math.sqrt) -> None:
         raise ValueError(kind)
     if vals is None:
         vals = _plain_values(stat)
+    if kind == "n":  # norm_only: the Norm alone
+        entry["Norm"] = vals[0]
+        return
+    if type(kind) is NormOnly:  # norm_only, figures computed whole (a non-finite float32 tensor's, torch's)
+        _fill((entry, stat, kind.kind), vals)
+        entry["Max"] = entry["Min"] = entry["Mean"] = None
+        return
     if type(kind) is int:  # CPU float32: max, min, mean, sum of squares of `kind` elements
         mx, mn, m, ss = vals
         entry["Max"] = mx
@@ -336,6 +347,15 @@ def _fill(item, vals: Optional[list], sqrt=math.sqrt) -> None:
         entry["md5"] = checksums.xor_hex(vals[0])
     elif kind == "xs":
         entry["md5"] = vals[0]
+
+
+class NormOnly:
+    """The kind of pending figures computed whole whose entry keeps the Norm alone (Encoder.norm_only)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind) -> None:
+        self.kind = kind
 
 
 class CrcPieces(tuple):
@@ -596,6 +616,7 @@ def use_fast_entries() -> bool:
 
 _entries_on: Optional[bool] = None
 _ENTRY_MODES = {"statistics": 0, "md5": 1, "xor": 2}  # _fastats.entries' modes
+_NORM_MODE = 3  # _fastats.entries: the Norm alone (Encoder.norm_only)
 _COPY_UPTO = 1 << 20  # elements: a 4 MiB copy at most
 
 
@@ -658,8 +679,9 @@ def stat_crc_of(t: torch.Tensor, high_precision: bool):
     return stat, kind, crc32_hex(t) if t.layout == torch.strided else crc32_hex(t.to_dense())
 
 
-def stat_of(t: torch.Tensor, high_precision: bool):
-    """(stat tensor, kind) for a detached tensor, or (None, None) when msprobe writes nulls."""
+def stat_of(t: torch.Tensor, high_precision: bool, norm_only: bool = False):
+    """(stat tensor, kind) for a detached tensor, or (None, None) when msprobe writes nulls. norm_only: a float
+    tensor's Norm alone is needed (kind "n", or figures READY whose Norm the caller takes), no other kernel."""
     dt = t.dtype
     if dt is _F32 and t.layout is _STRIDED and t.is_cpu and not high_precision and t.dim() and t.numel() \
             and t.is_contiguous():
@@ -671,7 +693,7 @@ def stat_of(t: torch.Tensor, high_precision: bool):
             t = t.to(_F32)
         except Exception as exc:
             return None, Unreadable(f"{dtype_str(dt)}: {type(exc).__name__}: {exc}"[:200])
-        return stat_of(t, high_precision)
+        return stat_of(t, high_precision, norm_only)
     if t.layout != torch.strided:
         try:
             t = t.to_dense()
@@ -680,6 +702,15 @@ def stat_of(t: torch.Tensor, high_precision: bool):
     # Each result is a tuple of 0-d tensors: on a device they stay there until the writer thread reads a batch
     # of them with one kernel and one copy (_read_scalars). Kernels per device tensor: aminmax; a float's mean
     # (its norm: one batched kernel per encoded value, _finish_norms); a bool's any and all; a 0-d tensor's copy.
+    if norm_only:
+        if t.dim() == 0 and not t.is_complex() and dt is not torch.bool:
+            return (t.clone(),), "n"  # a 0-d tensor's figures are its value
+        if not t.is_floating_point() or dt is torch.float64:
+            return None, None  # msprobe writes no Norm for these (complex: none; float64: null)
+        if not t.is_cpu:
+            return [None, None, None, None, _dense(t)], "n"  # the norm: _finish_norms, one batched kernel per value
+        # on the CPU, the full path below: a float32 tensor's figures READY from the kernel (the caller keeps their
+        # Norm, the full statistics' bits), any other's norm alone
     if t.is_complex():
         a = t.abs()
         mn, mx = torch.aminmax(a)
@@ -702,6 +733,8 @@ def stat_of(t: torch.Tensor, high_precision: bool):
             if got is not None:
                 return got
     if t.is_floating_point() and dt is not torch.float64 and not high_precision:
+        if norm_only:
+            return (torch.linalg.vector_norm(t),), "n"
         mn, mx = torch.aminmax(t)
         if cpu:
             return (mx, mn, t.mean(), torch.linalg.vector_norm(t)), "f"
@@ -816,7 +849,7 @@ class Encoder(entries.EncoderBase):
         # the common value (small CPU float32 tensors and scalars) in one C call; its entries are _enc's
         self._entries = _fast_entries if self.summary in _ENTRY_MODES and not (self.structure or self.high) \
             and use_fast_entries() else None
-        self._entry_mode = _ENTRY_MODES.get(self.summary, 0)
+        self._entry_mode = _NORM_MODE if self.norm_only else _ENTRY_MODES.get(self.summary, 0)
         # larger CPU float32 tensors too, through _f32_kernel's read (torch's thread count given per call: it may
         # change) and this cache (StatCache's dict, keys and values); the xor mode's checksum of those stays xor_hex's
         self._large = self._entries is not None and _mean_fused and self.summary != "xor"
@@ -1039,10 +1072,15 @@ class Encoder(entries.EncoderBase):
         elif self.md5:
             stat, kind, crc = stat_crc_of(t, self.high)
         else:
-            stat, kind = stat_of(t, self.high)
+            stat, kind = stat_of(t, self.high, self.norm_only)
         if kind is READY:
-            entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = stat
+            if self.norm_only:
+                entry["Norm"] = stat[3]
+            else:
+                entry["Max"], entry["Min"], entry["Mean"], entry["Norm"] = stat
         elif kind is not None:
+            if self.norm_only and kind != "n" and type(kind) is not Unreadable:
+                kind = NormOnly(kind)
             pending.append((entry, stat, kind))
             if type(stat) is list and not self._devices:
                 self._devices = True

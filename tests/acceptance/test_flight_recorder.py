@@ -160,7 +160,10 @@ def test_the_monitor_preset_records_module_outputs_and_parameter_gradients_only(
             "Module.module.fc1.Linear.parameters_grad.0": ["bias", "weight"],
             "Module.module.fc2.Linear.parameters_grad.0": ["bias", "weight"],
         }, members
-        assert isinstance(data["Module.module.fc2.Linear.parameters_grad.0"]["weight"][0]["Norm"], float)
+        for entry in (data["Module.module.fc2.Linear.parameters_grad.0"]["weight"][0],
+                      data["Module.module.fc1.Linear.forward.0"]["output"][0]):
+            assert isinstance(entry["Norm"], float) and entry["Norm"] > 0, entry  # the norms alone
+            assert (entry["Max"], entry["Min"], entry["Mean"]) == (None, None, None), entry
 
 
 def test_sigterm_to_the_launcher_makes_every_rank_write_the_window(tmp_path):

@@ -340,3 +340,25 @@ json.dump({"on_main": on_main}, open("calls.json", "w"))
         assert entry["dtype"] == "Complex64"
         assert [entry["Max"], entry["Min"], entry["Mean"], entry["Norm"]] == \
             [a.max().item(), a.min().item(), a.mean().item(), np.linalg.norm(a).item()]
+
+
+def test_the_monitor_preset_writes_the_norms_alone_as_level_l0_computes_them(tmp_path):
+    full, mon = str(tmp_path / "full"), str(tmp_path / "mon")
+    _run_net("msprobe_inject.mindspore", "L0", full, tmp_path)
+    cfg = tmp_path / "monitor.json"
+    cfg.write_text(json.dumps({"task": "statistics", "dump_path": mon, "preset": "monitor"}))
+    proc = subprocess.run([sys.executable, NET, "msprobe_inject.mindspore", str(cfg), "2"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref, ours = _load(full, 0)[0]["data"], _load(mon, 0)[0]["data"]
+    compared = 0
+    for key, body in ours.items():
+        assert ".forward." in key and list(body) == ["output"] or ".parameters_grad" in key, key
+        if key not in ref:
+            continue
+        want = ref[key]["output"] if "output" in body else ref[key]
+        for mine, theirs in zip(_tensor_leaves(body.get("output", body)), _tensor_leaves(want)):
+            assert (mine["Max"], mine["Min"], mine["Mean"]) == (None, None, None), (key, mine)
+            assert _close(theirs["Norm"], mine["Norm"]), (key, mine, theirs)
+            compared += 1
+    assert compared >= 4, (compared, sorted(ours))

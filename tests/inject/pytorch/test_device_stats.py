@@ -22,7 +22,7 @@ else:
     stand = None
     to_dev = lambda t: t
 json.dump({{"task": "statistics", "dump_path": "d", "level": {level!r}, "stat_cache": False,
-           "statistics": {{"summary_mode": {summary!r}}}}}, open("c.json", "w"))
+           "statistics": {{"summary_mode": {summary!r}}}, **{extra!r}}}, open("c.json", "w"))
 dbg = PrecisionDebugger(config_path="c.json")
 model = Net()
 if dev == "npy":
@@ -65,10 +65,10 @@ VALUES = """h = x * 2 + 1
     to_dev(torch.randn(6, 4)).t() - 1"""
 
 
-def _run(tmp_path, dev: str, level: str, summary: str, body: str = TRAIN):
+def _run(tmp_path, dev: str, level: str, summary: str, body: str = TRAIN, **extra):
     d = tmp_path / dev
     d.mkdir()
-    proc = run_py(PREAMBLE + SCRIPT.format(here=HERE, level=level, summary=summary, body=body), str(d),
+    proc = run_py(PREAMBLE + SCRIPT.format(here=HERE, level=level, summary=summary, body=body, extra=extra), str(d),
                   args=(dev,))
     result = json.loads(proc.stdout.split("RESULT ", 1)[1])
     records = {}
@@ -149,6 +149,27 @@ def test_kernels_per_recorded_device_tensor(tmp_path):
     per_tensor = (with_tool - without) / tensors
     print(f"{with_tool - without} kernels for {tensors} recorded tensors: {per_tensor:.2f} each")
     assert per_tensor <= 2, (with_tool, without, tensors)
+
+
+def test_the_monitor_presets_norms_on_a_device_are_one_batched_kernel_per_value_and_the_cpu_ones(tmp_path):
+    (res, dev, errors), (_, cpu, _) = (_run(tmp_path, "npy", "L0", "statistics", preset="monitor"),
+                                       _run(tmp_path, "cpu", "L0", "statistics", preset="monitor"))
+    assert res["hits"] == [] and not errors
+    assert dev.keys() == cpu.keys() and len(dev) >= 6, sorted(dev)
+    compared = 0
+    for key in cpu:
+        a, b = dict(_tensors(dev[key])), dict(_tensors(cpu[key]))
+        assert a.keys() == b.keys(), key
+        for path in b:
+            assert {f: a[path][f] for f in ("Max", "Min", "Mean")} == {"Max": None, "Min": None, "Mean": None}
+            assert a[path]["Norm"] == pytest.approx(b[path]["Norm"], rel=1e-6), (key, path)
+            assert b[path]["Max"] is None, (key, path)
+            compared += 1
+    assert compared >= 6, compared
+    # no aminmax, no mean: a record's value (a module's outputs, a parameter's gradient) costs one norm kernel
+    with_tool, without, _ = res["kernels"]
+    values = sum(1 for k, r in dev.items() if k[0] == "step0" for _ in _tensors(r))
+    assert with_tool - without <= values, (with_tool, without, values)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

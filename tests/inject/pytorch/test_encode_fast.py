@@ -145,6 +145,43 @@ def test_the_c_entries_are_the_python_encoders_bit_for_bit(seed, summary):
         assert _text(enc, value, True) == _text(enc, value, False), (seed, i, value)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_monitor_presets_entries_hold_the_norm_alone_the_same_in_c_as_in_python(seed):
+    enc = _encoder(preset="monitor", level="L0")
+    full = _encoder(data_mode=["output"])
+    assert enc.norm_only and enc._entry_mode == 3 and not full.norm_only
+    rng = random.Random(100 + seed)
+    for i in range(200):
+        value = _value(rng, large=rng.random() < 0.2)
+        got = _text(enc, value, True)
+        assert got == _text(enc, value, False), (seed, i, value)
+        # beside each full entry, the monitor's: its Norm, bit for bit, and nothing else
+        mine, theirs = json.loads(got), json.loads(_text(full, value, True))
+        stack = [(mine, theirs)]
+        while stack:
+            m, t = stack.pop()
+            if isinstance(m, dict) and "Norm" in m:
+                assert m["Max"] is None and m["Min"] is None and m["Mean"] is None, m
+                want = t["Norm"] if "int" not in t["dtype"] and "bool" not in t["dtype"] else None
+                assert m["Norm"] == want or (m["Norm"] != m["Norm"] and want != want), (m, t)
+                assert {k: v for k, v in m.items() if k not in ("Max", "Min", "Mean")} == \
+                    {k: v for k, v in t.items() if k not in ("Max", "Min", "Mean", "Norm")} | {"Norm": m["Norm"]}
+            elif isinstance(m, dict):
+                stack.extend((m[k], t[k]) for k in m)
+            elif isinstance(m, list):
+                stack.extend(zip(m, t))
+
+
+def test_the_c_call_reads_a_large_tensors_norm_alone_on_any_thread_count():
+    big = torch.randn(300_001)[1:]  # at an odd address
+    full = encode._fast_entries([big], lambda *a: "python", [], 0, 2)[0]
+    encode._share_reads()  # torch's team, as an encoder sets it up: from 131,072 elements the read is shared
+    for threads in (0, 1, 2, 3, 8):
+        got = encode._fast_entries([big, big.view(-1, 20).t()], lambda *a: "python", [], 3, threads)
+        assert got[0] == got[1] | {"shape": [300_000]} and got[0]["Norm"] == full["Norm"], got
+        assert (got[0]["Max"], got[0]["Min"], got[0]["Mean"]) == (None, None, None)
+
+
 @pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_without_the_cache_large_tensors_take_the_c_path_with_the_python_encoders_bits(threads, summary):
@@ -309,10 +346,10 @@ def test_the_device_norms_the_fallback_queues_are_taken_outside_autograd_even_wh
     # path encoded the value, and also when encoding an item after it raised
     real = encode.stat_of
 
-    def device_like(t, high):  # float64 stands in for a device tensor: the C path hands it to the fallback
+    def device_like(t, high, norm_only=False):  # float64 stands in for a device tensor: the C path hands it on
         if t.dtype is torch.float64:
             return [t.max(), t.min(), t.mean(), None, t], "f"
-        return real(t, high)
+        return real(t, high, norm_only)
 
     class Broken(tuple):  # a namedtuple-like container whose fields cannot be read
         _fields = ("a",)
