@@ -75,7 +75,19 @@ b_str(B *b, PyObject *s)
         return E_NOMEM;
     char *p = b->buf + b->len;
     *p++ = '"';
+    const int ascii = PyUnicode_IS_ASCII(s);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (ascii) { /* a run of characters that need no escape, copied at once (a stack's lines are long) */
+            const unsigned char *d = (const unsigned char *)data;
+            Py_ssize_t j = i;
+            while (j < n && d[j] >= ' ' && d[j] <= '~' && d[j] != '"' && d[j] != '\\')
+                j++;
+            memcpy(p, d + i, (size_t)(j - i));
+            p += j - i;
+            i = j;
+            if (i == n)
+                break;
+        }
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         if (c >= ' ' && c <= '~' && c != '"' && c != '\\') {
             *p++ = (char)c;
@@ -184,6 +196,7 @@ b_long(B *b, PyObject *o)
 }
 
 static int b_obj(B *b, PyObject *o, int depth);
+static int b_doc(B *b, PyObject *o, int level);
 
 static int
 b_seq(B *b, PyObject **items, Py_ssize_t n, int depth)
@@ -241,6 +254,104 @@ b_obj(B *b, PyObject *o, int depth)
     return E_OTHER;
 }
 
+/* json.dumps(o, indent=1) (item separator ",", a newline and one space per level before each item, ": " after a
+ * key; an empty list or dict as "[]" and "{}"): msprobe's spelling of stack.json and construct.json, which the
+ * writer formats at every stop() while the training thread waits. Leaves as b_obj writes them. */
+static int
+b_newline(B *b, int level)
+{
+    if (b->len + level + 1 > b->cap && b_grow(b, level + 1) < 0)
+        return E_NOMEM;
+    b->buf[b->len++] = '\n';
+    memset(b->buf + b->len, ' ', level);
+    b->len += level;
+    return 0;
+}
+
+static int
+b_doc_seq(B *b, PyObject **items, Py_ssize_t n, int level)
+{
+    int rc;
+    if (n == 0)
+        return b_put(b, "[]", 2);
+    if ((rc = b_put(b, "[", 1)) < 0)
+        return rc;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((i && (rc = b_put(b, ",", 1)) < 0) || (rc = b_newline(b, level + 1)) < 0)
+            return rc;
+        if ((rc = b_doc(b, items[i], level + 1)) < 0)
+            return rc;
+    }
+    if ((rc = b_newline(b, level)) < 0)
+        return rc;
+    return b_put(b, "]", 1);
+}
+
+static int
+b_doc(B *b, PyObject *o, int level)
+{
+    int rc;
+    if (level > E_DEPTH)
+        return E_OTHER;
+    PyTypeObject *t = Py_TYPE(o);
+    if (t == &PyDict_Type) {
+        if (PyDict_GET_SIZE(o) == 0)
+            return b_put(b, "{}", 2);
+        if ((rc = b_put(b, "{", 1)) < 0)
+            return rc;
+        Py_ssize_t i = 0, n = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &i, &k, &v)) {
+            if (Py_TYPE(k) != &PyUnicode_Type)
+                return E_OTHER;
+            if ((n++ && (rc = b_put(b, ",", 1)) < 0) || (rc = b_newline(b, level + 1)) < 0)
+                return rc;
+            if ((rc = b_str(b, k)) < 0 || (rc = b_put(b, ": ", 2)) < 0 || (rc = b_doc(b, v, level + 1)) < 0)
+                return rc;
+        }
+        if ((rc = b_newline(b, level)) < 0)
+            return rc;
+        return b_put(b, "}", 1);
+    }
+    if (t == &PyList_Type)
+        return b_doc_seq(b, ((PyListObject *)o)->ob_item, PyList_GET_SIZE(o), level);
+    if (t == &PyTuple_Type)
+        return b_doc_seq(b, ((PyTupleObject *)o)->ob_item, PyTuple_GET_SIZE(o), level);
+    return b_obj(b, o, level);
+}
+
+/* the text written (ASCII) as str, or as bytes; None for E_OTHER */
+static PyObject *
+b_result(B *b, int rc, int as_bytes)
+{
+    PyObject *out = NULL;
+    if (rc == 0 && as_bytes) {
+        out = PyBytes_FromStringAndSize(b->buf, b->len);
+    } else if (rc == 0) {
+        out = PyUnicode_New(b->len, 127);
+        if (out != NULL)
+            memcpy(PyUnicode_DATA(out), b->buf, b->len);
+    } else if (rc == E_NOMEM) {
+        PyErr_NoMemory();
+    } else {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    if (b->buf != b->small)
+        PyMem_Free(b->buf);
+    return out;
+}
+
+static PyObject *
+jdoc(PyObject *self, PyObject *o)
+{
+    B b;
+    b.buf = b.small;
+    b.len = 0;
+    b.cap = sizeof b.small;
+    return b_result(&b, b_doc(&b, o, 0), 1);
+}
+
 static PyObject *
 jenc(PyObject *self, PyObject *o)
 {
@@ -248,21 +359,7 @@ jenc(PyObject *self, PyObject *o)
     b.buf = b.small;
     b.len = 0;
     b.cap = sizeof b.small;
-    int rc = b_obj(&b, o, 0);
-    PyObject *out = NULL;
-    if (rc == 0) {
-        out = PyUnicode_New(b.len, 127);
-        if (out != NULL)
-            memcpy(PyUnicode_DATA(out), b.buf, b.len);
-    } else if (rc == E_NOMEM) {
-        PyErr_NoMemory();
-    } else {
-        out = Py_None;
-        Py_INCREF(out);
-    }
-    if (b.buf != b.small)
-        PyMem_Free(b.buf);
-    return out;
+    return b_result(&b, b_obj(&b, o, 0), 0);
 }
 
 /* stepsummary.is_suspect for ASCII text (what encode returns): whether one of the four substrings occurs, with
@@ -286,6 +383,9 @@ jsuspect(PyObject *self, PyObject *s)
 static PyMethodDef methods[] = {
     {"suspect", (PyCFunction)jsuspect, METH_O,
      "suspect(text) -> bool or None: whether ASCII text holds NaN, Inf, nan or inf; None for other text."},
+    {"document", (PyCFunction)jdoc, METH_O,
+     "document(obj) -> bytes or None: json.dumps(obj, indent=1) in ASCII for the same values as encode; None when "
+     "json is to decide."},
     {"encode", (PyCFunction)jenc, METH_O,
      "encode(obj) -> str or None: json.dumps(obj) for the plain values of record bodies (see the module's "
      "comment); None when json is to decide."},

@@ -136,6 +136,33 @@ def test_a_body_larger_than_the_stack_buffer_grows_it():
     assert jenc.encode(body) == json.dumps(body)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_random_documents_are_spelled_as_json_dumps_with_indent_1(seed):
+    """stack.json and construct.json: json.dumps(indent=1), from the C encoder where it is built."""
+    rng = random.Random(1000 + seed)
+    for _ in range(40):
+        v = _value(rng)
+        assert jenc.document(v) == json.dumps(v, indent=1).encode("ascii"), v
+        assert encoding.dumps_document(v) == json.dumps(v, indent=1).encode("ascii")
+    stacks = {str(i): [[_str(rng) for _ in range(rng.randint(1, 4))], [_str(rng) for _ in range(rng.randint(0, 6))]]
+              for i in range(rng.randint(0, 30))}
+    construct = {_str(rng): rng.choice([None, _str(rng)]) for _ in range(rng.randint(0, 30))}
+    for doc in (stacks, construct, {"big": [_str(rng) * 50 for _ in range(500)]}):
+        assert jenc.document(doc) == json.dumps(doc, indent=1).encode("ascii")
+
+
+@pytest.mark.parametrize("value", [{1: "an int key"}, {"a": [_Color.RED]}, {"a": {"b": _Float(1.0)}}, object()])
+def test_a_document_the_c_encoder_does_not_decide_goes_to_json(value):
+    assert jenc.document(value) is None
+    try:
+        expected = json.dumps(value, indent=1).encode("ascii")
+    except TypeError:
+        with pytest.raises(TypeError):
+            encoding.dumps_document(value)
+        return
+    assert encoding.dumps_document(value) == expected
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_suspect_text_is_the_substring_test(seed):
     rng = random.Random(seed)
