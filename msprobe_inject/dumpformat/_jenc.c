@@ -75,19 +75,7 @@ b_str(B *b, PyObject *s)
         return E_NOMEM;
     char *p = b->buf + b->len;
     *p++ = '"';
-    const int ascii = PyUnicode_IS_ASCII(s);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (ascii) { /* a run of characters that need no escape, copied at once (a stack's lines are long) */
-            const unsigned char *d = (const unsigned char *)data;
-            Py_ssize_t j = i;
-            while (j < n && d[j] >= ' ' && d[j] <= '~' && d[j] != '"' && d[j] != '\\')
-                j++;
-            memcpy(p, d + i, (size_t)(j - i));
-            p += j - i;
-            i = j;
-            if (i == n)
-                break;
-        }
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         if (c >= ' ' && c <= '~' && c != '"' && c != '\\') {
             *p++ = (char)c;
@@ -257,6 +245,51 @@ b_obj(B *b, PyObject *o, int depth)
 /* json.dumps(o, indent=1) (item separator ",", a newline and one space per level before each item, ": " after a
  * key; an empty list or dict as "[]" and "{}"): msprobe's spelling of stack.json and construct.json, which the
  * writer formats at every stop() while the training thread waits. Leaves as b_obj writes them. */
+/* b_str for a document's strings (a stack's lines are long): an ASCII one's runs of characters that need no escape
+ * copied at once. Kept apart from b_str, whose short strings (a record body's) this would slow. */
+static int
+b_str_runs(B *b, PyObject *s)
+{
+    if (PyUnicode_READY(s) < 0 || !PyUnicode_IS_ASCII(s)) {
+        PyErr_Clear();
+        return b_str(b, s);
+    }
+    const unsigned char *d = (const unsigned char *)PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (b->len + 6 * n + 2 > b->cap && b_grow(b, 6 * n + 2) < 0) /* \u00XX at most */
+        return E_NOMEM;
+    char *p = b->buf + b->len;
+    *p++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t j = i;
+        while (j < n && d[j] >= ' ' && d[j] <= '~' && d[j] != '"' && d[j] != '\\')
+            j++;
+        memcpy(p, d + i, (size_t)(j - i));
+        p += j - i;
+        if ((i = j) == n)
+            break;
+        unsigned char c = d[i];
+        *p++ = '\\';
+        switch (c) {
+        case '"': *p++ = '"'; continue;
+        case '\\': *p++ = '\\'; continue;
+        case '\n': *p++ = 'n'; continue;
+        case '\r': *p++ = 'r'; continue;
+        case '\t': *p++ = 't'; continue;
+        case '\b': *p++ = 'b'; continue;
+        case '\f': *p++ = 'f'; continue;
+        }
+        *p++ = 'u';
+        *p++ = '0';
+        *p++ = '0';
+        *p++ = HEX[(c >> 4) & 0xf];
+        *p++ = HEX[c & 0xf];
+    }
+    *p++ = '"';
+    b->len = p - b->buf;
+    return 0;
+}
+
 static int
 b_newline(B *b, int level)
 {
@@ -306,7 +339,7 @@ b_doc(B *b, PyObject *o, int level)
                 return E_OTHER;
             if ((n++ && (rc = b_put(b, ",", 1)) < 0) || (rc = b_newline(b, level + 1)) < 0)
                 return rc;
-            if ((rc = b_str(b, k)) < 0 || (rc = b_put(b, ": ", 2)) < 0 || (rc = b_doc(b, v, level + 1)) < 0)
+            if ((rc = b_str_runs(b, k)) < 0 || (rc = b_put(b, ": ", 2)) < 0 || (rc = b_doc(b, v, level + 1)) < 0)
                 return rc;
         }
         if ((rc = b_newline(b, level)) < 0)
@@ -317,11 +350,13 @@ b_doc(B *b, PyObject *o, int level)
         return b_doc_seq(b, ((PyListObject *)o)->ob_item, PyList_GET_SIZE(o), level);
     if (t == &PyTuple_Type)
         return b_doc_seq(b, ((PyTupleObject *)o)->ob_item, PyTuple_GET_SIZE(o), level);
+    if (t == &PyUnicode_Type)
+        return b_str_runs(b, o);
     return b_obj(b, o, level);
 }
 
 /* the text written (ASCII) as str, or as bytes; None for E_OTHER */
-static PyObject *
+static inline PyObject *
 b_result(B *b, int rc, int as_bytes)
 {
     PyObject *out = NULL;

@@ -144,7 +144,13 @@ def test_random_documents_are_spelled_as_json_dumps_with_indent_1(seed):
         v = _value(rng)
         assert jenc.document(v) == json.dumps(v, indent=1).encode("ascii"), v
         assert encoding.dumps_document(v) == json.dumps(v, indent=1).encode("ascii")
-    stacks = {str(i): [[_str(rng) for _ in range(rng.randint(1, 4))], [_str(rng) for _ in range(rng.randint(0, 6))]]
+    ascii_ = ['"', "\\", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "/", "~", " "]
+
+    def line() -> str:  # a stack's line: long, ASCII (its runs copied at once), now and then an escape
+        return "".join(rng.choice(ascii_) if rng.random() < 0.05 else chr(rng.randint(32, 126))
+                       for _ in range(rng.randint(0, 120)))
+
+    stacks = {str(i): [[_str(rng) for _ in range(rng.randint(1, 4))], [line() for _ in range(rng.randint(0, 6))]]
               for i in range(rng.randint(0, 30))}
     construct = {_str(rng): rng.choice([None, _str(rng)]) for _ in range(rng.randint(0, 30))}
     for doc in (stacks, construct, {"big": [_str(rng) * 50 for _ in range(500)]}):
