@@ -58,6 +58,39 @@ b_put(B *b, const char *s, Py_ssize_t n)
 
 static const char HEX[] = "0123456789abcdef";
 
+/* the escape of a character that is not printable ASCII, or is '"' or '\\', at p (12 bytes at most); past it */
+static inline char *
+b_escape(char *p, Py_UCS4 c)
+{
+    *p++ = '\\';
+    switch (c) {
+    case '"': *p++ = '"'; return p;
+    case '\\': *p++ = '\\'; return p;
+    case '\n': *p++ = 'n'; return p;
+    case '\r': *p++ = 'r'; return p;
+    case '\t': *p++ = 't'; return p;
+    case '\b': *p++ = 'b'; return p;
+    case '\f': *p++ = 'f'; return p;
+    }
+    if (c >= 0x10000) {
+        Py_UCS4 v = c - 0x10000;
+        Py_UCS4 hi = 0xd800 | ((v >> 10) & 0x3ff), lo = 0xdc00 | (v & 0x3ff);
+        *p++ = 'u';
+        *p++ = HEX[(hi >> 12) & 0xf];
+        *p++ = HEX[(hi >> 8) & 0xf];
+        *p++ = HEX[(hi >> 4) & 0xf];
+        *p++ = HEX[hi & 0xf];
+        *p++ = '\\';
+        c = lo;
+    }
+    *p++ = 'u';
+    *p++ = HEX[(c >> 12) & 0xf];
+    *p++ = HEX[(c >> 8) & 0xf];
+    *p++ = HEX[(c >> 4) & 0xf];
+    *p++ = HEX[c & 0xf];
+    return p;
+}
+
 /* json.encoder.encode_basestring_ascii: printable ASCII but '"' and '\\' as is, the short escapes, the rest
  * as \uXXXX (lowercase hex; outside the BMP, a surrogate pair) */
 static int
@@ -77,36 +110,10 @@ b_str(B *b, PyObject *s)
     *p++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= ' ' && c <= '~' && c != '"' && c != '\\') {
+        if (c >= ' ' && c <= '~' && c != '"' && c != '\\')
             *p++ = (char)c;
-            continue;
-        }
-        *p++ = '\\';
-        switch (c) {
-        case '"': *p++ = '"'; continue;
-        case '\\': *p++ = '\\'; continue;
-        case '\n': *p++ = 'n'; continue;
-        case '\r': *p++ = 'r'; continue;
-        case '\t': *p++ = 't'; continue;
-        case '\b': *p++ = 'b'; continue;
-        case '\f': *p++ = 'f'; continue;
-        }
-        if (c >= 0x10000) {
-            Py_UCS4 v = c - 0x10000;
-            Py_UCS4 hi = 0xd800 | ((v >> 10) & 0x3ff), lo = 0xdc00 | (v & 0x3ff);
-            *p++ = 'u';
-            *p++ = HEX[(hi >> 12) & 0xf];
-            *p++ = HEX[(hi >> 8) & 0xf];
-            *p++ = HEX[(hi >> 4) & 0xf];
-            *p++ = HEX[hi & 0xf];
-            *p++ = '\\';
-            c = lo;
-        }
-        *p++ = 'u';
-        *p++ = HEX[(c >> 12) & 0xf];
-        *p++ = HEX[(c >> 8) & 0xf];
-        *p++ = HEX[(c >> 4) & 0xf];
-        *p++ = HEX[c & 0xf];
+        else
+            p = b_escape(p, c);
     }
     *p++ = '"';
     b->len = p - b->buf;
@@ -268,22 +275,7 @@ b_str_runs(B *b, PyObject *s)
         p += j - i;
         if ((i = j) == n)
             break;
-        unsigned char c = d[i];
-        *p++ = '\\';
-        switch (c) {
-        case '"': *p++ = '"'; continue;
-        case '\\': *p++ = '\\'; continue;
-        case '\n': *p++ = 'n'; continue;
-        case '\r': *p++ = 'r'; continue;
-        case '\t': *p++ = 't'; continue;
-        case '\b': *p++ = 'b'; continue;
-        case '\f': *p++ = 'f'; continue;
-        }
-        *p++ = 'u';
-        *p++ = '0';
-        *p++ = '0';
-        *p++ = HEX[(c >> 4) & 0xf];
-        *p++ = HEX[c & 0xf];
+        p = b_escape(p, d[i]);
     }
     *p++ = '"';
     b->len = p - b->buf;
@@ -377,24 +369,27 @@ b_result(B *b, int rc, int as_bytes)
     return out;
 }
 
-static PyObject *
-jdoc(PyObject *self, PyObject *o)
+/* o's text in a buffer on the stack while it fits: a record body (str), or a document (bytes) */
+static inline PyObject *
+b_run(PyObject *o, int doc)
 {
     B b;
     b.buf = b.small;
     b.len = 0;
     b.cap = sizeof b.small;
-    return b_result(&b, b_doc(&b, o, 0), 1);
+    return b_result(&b, doc ? b_doc(&b, o, 0) : b_obj(&b, o, 0), doc);
+}
+
+static PyObject *
+jdoc(PyObject *self, PyObject *o)
+{
+    return b_run(o, 1);
 }
 
 static PyObject *
 jenc(PyObject *self, PyObject *o)
 {
-    B b;
-    b.buf = b.small;
-    b.len = 0;
-    b.cap = sizeof b.small;
-    return b_result(&b, b_obj(&b, o, 0), 0);
+    return b_run(o, 0);
 }
 
 /* stepsummary.is_suspect for ASCII text (what encode returns): whether one of the four substrings occurs, with
