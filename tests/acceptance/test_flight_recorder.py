@@ -178,8 +178,20 @@ def test_sigterm_to_the_launcher_makes_every_rank_write_the_window(tmp_path):
     try:
         deadline = time.monotonic() + 120
         procs = os.path.join(str(dump), ".msprobe", "procs")
-        # both ranks are recording (their entries appear at their first record)
-        while len(glob.glob(os.path.join(procs, "*rank*.json"))) < 2:
+
+        def recording() -> bool:
+            # both ranks have finished a step: its journal and the next one's are in each rank's spill (a rank's entry
+            # appears as its first step's directory is named, before it records anything or starts its writer)
+            spills = []
+            for e in glob.glob(os.path.join(procs, "*rank*.json")):
+                try:
+                    with open(e, encoding="utf-8") as fh:
+                        spills.append(json.load(fh)["flight_spill"])
+                except (OSError, ValueError, KeyError):
+                    return False
+            return len(spills) == 2 and all(os.path.isdir(d) and len(os.listdir(d)) >= 2 for d in spills)
+
+        while not recording():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
