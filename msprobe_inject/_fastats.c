@@ -122,6 +122,19 @@ f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
 /* ---- CRC-32 (reflected 0xEDB88320, zlib's crc32) ---- */
 
 #define POLY 0xedb88320u
+/* f32_block's lane sums of squares alone over x[0:m) (m a multiple of LANES) */
+static inline __attribute__((always_inline)) void
+f32_block_q(const float *x, Py_ssize_t m, float *q)
+{
+    for (int k = 0; k < LANES; k++)
+        q[k] = 0.0f;
+    for (Py_ssize_t i = 0; i < m; i += LANES)
+        for (int k = 0; k < LANES; k++) {
+            float v = x[i + k];
+            q[k] += v * v;
+        }
+}
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -137,13 +150,7 @@ f32_sumsq(const float *x, Py_ssize_t n, double Q)
         Py_ssize_t end = i + BLOCK;
         if (end > n)
             end = n - (n - i) % LANES;
-        for (int k = 0; k < LANES; k++)
-            q[k] = 0.0f;
-        for (Py_ssize_t j = i; j < end; j += LANES)
-            for (int k = 0; k < LANES; k++) {
-                float v = x[j + k];
-                q[k] += v * v;
-            }
+        f32_block_q(x + i, end - i, q);
         i = end;
         for (int k = 0; k < LANES; k++)
             Q += q[k];
@@ -162,13 +169,7 @@ f32_sumsq_parts(const float *x, Py_ssize_t nb, float *parts)
 {
     for (Py_ssize_t b = 0; b < nb; b++, x += BLOCK, parts += LANES) {
         float q[LANES];
-        for (int k = 0; k < LANES; k++)
-            q[k] = 0.0f;
-        for (Py_ssize_t j = 0; j < BLOCK; j += LANES)
-            for (int k = 0; k < LANES; k++) {
-                float v = x[j + k];
-                q[k] += v * v;
-            }
+        f32_block_q(x, BLOCK, q);
         for (int k = 0; k < LANES; k++)
             parts[k] = q[k];
     }
@@ -895,6 +896,17 @@ run_shared(const float *x, Py_ssize_t n, int ways, int crc, ts_sum_t *s, result_
 }
 #endif
 
+#ifdef HAVE_POOL
+/* whether torch's team reads a tensor of n elements `ways` ways now; if so pool_mu is held, for the caller to release:
+ * from PAR_FROM elements, in the process that loaded the team (a fork child has none), one tensor at a time */
+static int
+pool_take(Py_ssize_t n, int ways)
+{
+    return n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
+           && pthread_mutex_trylock(&pool_mu) == 0;
+}
+#endif
+
 /* f32_mean's work: shared with up to `workers` threads where that pays (from the grain up, on torch's split) */
 static void
 run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, int workers, result_t *r,
@@ -907,8 +919,7 @@ run_stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, in
     int ways = workers < s.runs ? workers : s.runs;
     if (ways > POOL_MAX)
         ways = POOL_MAX;
-    if (n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
-        && pthread_mutex_trylock(&pool_mu) == 0) {
+    if (pool_take(n, ways)) {
         done = run_shared(x, n, ways, crc, &s, r);
         pthread_mutex_unlock(&pool_mu);
         if (!done)
@@ -968,8 +979,7 @@ run_sumsq(const float *x, Py_ssize_t n, int workers)
 #ifdef HAVE_POOL
     int ways = workers < POOL_MAX ? workers : POOL_MAX;
     Py_ssize_t nb = n / BLOCK;
-    if (n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
-        && pthread_mutex_trylock(&pool_mu) == 0) {
+    if (pool_take(n, ways)) {
         double Q = -1.0;
         size_t need = (size_t)nb * LANES;
         if (need > norm_cap) {

@@ -107,7 +107,8 @@ class DumpConfig:
     def norm_only(self) -> bool:
         """Tensor entries carry their Norm alone, Max, Min and Mean null (monitor: the norms are its signals; in the
         statistics mode, where the others cost most of the read)."""
-        return self.preset == "monitor" and self.summary_mode == "statistics" and self.task == "statistics"
+        return self.preset == "monitor" and self.summary_mode == "statistics" and self.task == "statistics" \
+            and self.precision != "high"  # precision high: msprobe writes no Norm at all
 
 
 def _allowed(values) -> str:

@@ -19,7 +19,7 @@ class EncoderBase:
         self.cfg = cfg
         self.high = cfg.precision == "high"
         self.summary = cfg.summary_mode
-        self.norm_only = cfg.norm_only and not self.high  # tensor entries carry their Norm alone (monitor preset)
+        self.norm_only = cfg.norm_only  # tensor entries carry their Norm alone (monitor preset)
         self.structure = cfg.task == "structure"
         self.save_all = cfg.task == "tensor"
         self.tensor_list = list(cfg.tensor_list)

@@ -150,6 +150,7 @@ def test_the_monitor_presets_entries_hold_the_norm_alone_the_same_in_c_as_in_pyt
     enc = _encoder(preset="monitor", level="L0")
     full = _encoder(data_mode=["output"])
     assert enc.norm_only and enc._entry_mode == 3 and not full.norm_only
+    assert not _encoder(preset="monitor", level="L0", precision="high").norm_only  # msprobe writes no Norm then
     rng = random.Random(100 + seed)
     for i in range(200):
         value = _value(rng, large=rng.random() < 0.2)
