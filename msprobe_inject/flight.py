@@ -1,12 +1,13 @@
-"""The flight recorder: every step is recorded, the last K are kept in memory, and nothing is written
+"""The flight recorder: every step is recorded, the last K are kept, and nothing is written
 until a trigger fires.
 
 This module is the writer thread's policy for that mode; it never runs on the training thread.
 
-* The ring holds finished steps (their encoded records, exactly what would have been written), at most
-  ``steps + SLACK`` of them and at most ``max_bytes`` of encoded records: the oldest step leaves first.
-* Triggers: a non-finite statistic (a record whose encoded text may hold one is checked, so the tensors are
-  not read again), a spike (a record matching ``spike_records`` whose norm exceeds ``spike_factor`` times its median
+* The ring holds finished steps, at most ``steps + SLACK`` of them and at most ``max_bytes``: the oldest step
+  leaves first. A held step is its spill journal (the writer replays it if a window takes the step), or, where
+  nothing can be spilled, its encoded records in the writer's memory; its bytes are the one or the other's.
+* Triggers: a non-finite statistic (in the figures the writer receives: the tensors are not read again), a
+  spike (a record matching ``spike_records`` whose norm exceeds ``spike_factor`` times its median
   over the ring), and the reasons the recorder passes in (an exception, SIGTERM, ``debugger.trigger()``).
 * The first trigger of the job creates one marker file (``dumpformat.paths.flight_marker``), atomically and
   only if none exists. Every rank looks for it once per finished step (one ``stat``), so all ranks write the
@@ -89,8 +90,9 @@ class Flight:
 
     # ---- per record ----
     def observe(self, step: Optional[int], key: str, body: Any, suspect: bool) -> None:
-        """A record (or members of one) of the open step: look for a trigger. suspect: its encoded text may hold a
-        non-finite statistic (``stepsummary.is_suspect``, which the writer tests once per record)."""
+        """A record (or members of one) of the open step: look for a trigger. suspect: it may hold a non-finite
+        statistic (its encoded text has one's spelling, ``stepsummary.is_suspect``, or, for a held step the writer
+        does not encode, ``has_nonfinite`` found one), which has_nonfinite then confirms."""
         if self.own is not None:
             return
         if suspect and self._has_nonfinite(body):

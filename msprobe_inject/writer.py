@@ -173,17 +173,20 @@ def format_stack(frames: tuple) -> List[str]:
 class _OpenStep:
     """The step directory being written, its records and its journal."""
 
-    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill", "suspect")
+    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill", "suspect", "light")
 
     def __init__(self, directory: str, header: Dict[str, Any], kind: str):
         self.directory = directory
         self.records = StepRecords(header, kind)
         self.journal = None
         self.held: Dict[str, Dict[str, Any]] = {}  # overflow_check: finite records not written (yet)
-        self.on_disk = True  # False: a flight-recorder step held in memory only
-        self.nbytes = 0  # flight recorder: encoded bytes held
+        self.on_disk = True  # False: a flight-recorder step held until a window takes it
+        self.nbytes = 0  # flight recorder: the held step's bytes (its journal's, or its encoded records')
         self.spill: Optional[str] = None  # flight recorder: the step's journal in the node-local spill directory
         self.suspect: set = set()  # records whose encoded text may hold a NaN/Inf (the step summary's first NaN)
+        # flight recorder: a held step whose spill journal holds its records; nothing of it is kept here, and a
+        # window that takes it replays the journal ("gaps": the journal lost an append)
+        self.light: Any = False
 
     @property
     def step(self) -> Optional[int]:
@@ -295,6 +298,7 @@ class DumpWriter:
 
     def _journal_lost(self, jf: journal.JournalFile) -> None:
         if jf.failed is None:  # one frame skipped by a signal handler's reentry, or the step already closed
+            jf.gaps = True
             return
         if self._jf is jf:
             self._jf = None
@@ -554,7 +558,8 @@ class DumpWriter:
             fl.rank = _rank_of(ev.directory)
             st.spill = ev.journal.path if ev.journal is not None else None
             if not fl.in_window(st.step):
-                st.on_disk = False  # held in memory until a trigger's window takes it
+                st.on_disk = False  # held until a trigger's window takes it
+                st.light = st.journal is not None
                 return False
         try:
             files.makedirs(ev.directory, ev.header.get("_root"))
@@ -648,14 +653,22 @@ class DumpWriter:
 
     def _on_stack(self, ev: Stack) -> bool:
         st = self._live()
-        if st is not None:
+        if st is not None and not st.light:
             st.records.add_stack(ev.key, ev.text)
         return False
 
     def _on_construct(self, ev: Construct) -> bool:
         st = self._live()
-        if st is not None:
+        if st is not None and not st.light:
             st.records.add_construct(ev.key, ev.parent)
+        return False
+
+    def _observe(self, st: _OpenStep, key: str, body: Any) -> bool:
+        """A held step's record, for the flight recorder's triggers only: nothing is encoded or kept."""
+        suspect = has_nonfinite(body)
+        if suspect:
+            st.suspect.add(key)
+        self.flight.observe(st.step, key, body, suspect)
         return False
 
     def _rejournal(self, st: _OpenStep, op: str, key: str, value: Any) -> None:
@@ -670,6 +683,8 @@ class DumpWriter:
             return False
         if ev.pending:
             self._rejournal(st, "set", ev.key, ev.body)
+        if st.light:
+            return self._observe(st, ev.key, ev.body)
         if self._overflow_left is not None:
             return self._overflow(st, ev.key, ev.body)
         encoded = encode(ev.body)
@@ -688,6 +703,8 @@ class DumpWriter:
             return False
         if ev.pending:
             self._rejournal(st, "merge", ev.key, ev.members)
+        if st.light:
+            return self._observe(st, ev.key, ev.members)
         if self._overflow_left is not None and ev.key not in st.records:
             return self._overflow(st, ev.key, ev.members, merge=True)
         members = {k: encode(v) for k, v in ev.members.items()}
@@ -796,9 +813,15 @@ class DumpWriter:
         step = st.step
         held = not st.on_disk
         if held:
-            if st.journal is not None:  # the spilled step is complete: a kill from here on keeps all of it
-                st.journal.end()
-                st.journal.close()
+            jf = st.journal
+            if jf is not None:  # the spilled step is complete: a kill from here on keeps all of it
+                jf.end()
+                if st.light:
+                    st.nbytes = jf.pos
+                    # an append failed (the spill is full) or was skipped (by a signal handler): the journal lacks
+                    # records, and so does this step if a window takes it
+                    st.light = "gaps" if jf.failed is not None or jf.gaps else True
+                jf.close()
                 st.journal = None
             if fl.in_window(step):
                 self._materialize(st)
@@ -821,8 +844,10 @@ class DumpWriter:
             _unlink(held.spill)
 
     def _materialize(self, st: _OpenStep) -> None:
-        """Write a step held in memory as an ordinary step directory."""
+        """Write a held step as an ordinary step directory."""
         st.on_disk = True
+        if st.light:
+            self._replay_held(st)
         _unlink(st.spill)
         try:
             files.makedirs(st.directory, st.records.header.get("_root"))
@@ -840,6 +865,24 @@ class DumpWriter:
                 self.log_error(f"cannot finish {st.directory}: {exc}", st.directory)
         if isinstance(st.step, int) and st.step not in self.steps_written:
             self.steps_written.append(st.step)
+
+    def _replay_held(self, st: _OpenStep) -> None:
+        """A held step's records, from its spill journal (the writer kept none of them)."""
+        gaps, st.light = st.light == "gaps", False
+        try:
+            replayed, _, _ = journal.replay(st.spill)
+        except OSError as exc:
+            replayed = None
+            self.log_error(f"flight recorder: cannot read the held step {st.spill}: {exc}", st.directory)
+        if replayed is None:
+            st.records.header["incomplete"] = True
+            return
+        replayed.header = st.records.header
+        st.records = replayed
+        if gaps:
+            replayed.header["incomplete"] = True
+            self.log_error(f"flight recorder: the held step's journal {st.spill} lacks records; the step is "
+                           "written as incomplete", st.directory)
 
     def _dir_failed(self, directory: str, exc: OSError) -> None:
         if directory in self._failed_dirs or self.stopped:

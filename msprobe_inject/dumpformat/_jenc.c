@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h> /* pyconfig.h defines _GNU_SOURCE: memmem */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -410,7 +411,74 @@ jsuspect(PyObject *self, PyObject *s)
     Py_RETURN_FALSE;
 }
 
+/* nonfinite.has_nonfinite for the plain values of record bodies: whether a dict below obj holds a float Max, Min,
+ * Mean or Norm that is a NaN or an infinity. The flight recorder's writer asks it of every record of a step it holds
+ * without encoding it. Returns 1 or 0, or -1 for anything it does not decide as the Python walk would (a subclass
+ * of dict or list, a statistic spelled as a string, a tree deeper than E_DEPTH): the caller walks it then. */
+static PyObject *STAT_KEYS[4];
+
+static int
+nf_walk(PyObject *o, int depth)
+{
+    if (depth > E_DEPTH)
+        return -1;
+    if (PyDict_CheckExact(o)) {
+        for (int i = 0; i < 4; i++) {
+            PyObject *v = PyDict_GetItemWithError(o, STAT_KEYS[i]);
+            if (v == NULL) {
+                if (PyErr_Occurred()) {
+                    PyErr_Clear();
+                    return -1;
+                }
+                continue;
+            }
+            if (PyFloat_Check(v)) {
+                if (!isfinite(PyFloat_AS_DOUBLE(v)))
+                    return 1;
+            }
+            else if (PyUnicode_Check(v))
+                return -1;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (PyDict_Check(v) || PyList_Check(v)) {
+                int r = nf_walk(v, depth + 1);
+                if (r)
+                    return r;
+            }
+        }
+        return 0;
+    }
+    if (PyList_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(o); i++) {
+            PyObject *v = PyList_GET_ITEM(o, i);
+            if (PyDict_Check(v) || PyList_Check(v)) {
+                int r = nf_walk(v, depth + 1);
+                if (r)
+                    return r;
+            }
+        }
+        return 0;
+    }
+    if (PyDict_Check(o) || PyList_Check(o))
+        return -1;
+    return 0;
+}
+
+static PyObject *
+jnonfinite(PyObject *self, PyObject *o)
+{
+    int r = nf_walk(o, 0);
+    if (r < 0)
+        Py_RETURN_NONE;
+    return PyBool_FromLong(r);
+}
+
 static PyMethodDef methods[] = {
+    {"nonfinite", (PyCFunction)jnonfinite, METH_O,
+     "nonfinite(obj) -> bool or None: nonfinite.has_nonfinite(obj) for plain dicts and lists with float statistics; "
+     "None when the Python walk is to decide."},
     {"suspect", (PyCFunction)jsuspect, METH_O,
      "suspect(text) -> bool or None: whether ASCII text holds NaN, Inf, nan or inf; None for other text."},
     {"document", (PyCFunction)jdoc, METH_O,
@@ -427,5 +495,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jenc", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__jenc(void)
 {
+    static const char *const names[] = {"Max", "Min", "Mean", "Norm"};
+    for (int i = 0; i < 4; i++)
+        if ((STAT_KEYS[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
     return PyModule_Create(&module);
 }

@@ -90,7 +90,7 @@ class JournalFile:
     appends nothing (the interrupted step is not complete); the writer thread waits at most a second.
     """
 
-    __slots__ = ("path", "fd", "mm", "pos", "cap", "lock", "busy", "stacks", "ended", "failed", "closed")
+    __slots__ = ("path", "fd", "mm", "pos", "cap", "lock", "busy", "stacks", "ended", "failed", "closed", "gaps")
 
     CHUNK = 64 << 10  # the first write into a freshly allocated chunk costs in proportion to it (ext4: ~200 µs per MiB)
     MAX_CHUNK = 16 << 20
@@ -101,6 +101,7 @@ class JournalFile:
         self.ended = False
         self.closed = False
         self.failed: Optional[Exception] = None
+        self.gaps = False  # an append was skipped (a signal handler's, on the thread it interrupted)
         self.lock = threading.RLock()
         self.busy = False
         self.pos = 0

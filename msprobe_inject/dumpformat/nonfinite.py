@@ -16,6 +16,12 @@ _NONFINITE_TEXT = frozenset(("nan", "inf", "-inf", "+inf", "infinity", "-infinit
 SUSPECT_TEXT = ("NaN", "Inf", "nan", "inf")
 
 
+try:  # built with the package where a C compiler is available
+    from ._jenc import nonfinite as _c_nonfinite
+except ImportError:
+    _c_nonfinite = None
+
+
 def is_nonfinite(value: Any) -> bool:
     if isinstance(value, float):
         return math.isnan(value) or math.isinf(value)
@@ -26,6 +32,11 @@ def is_nonfinite(value: Any) -> bool:
 
 def has_nonfinite(value: Any) -> bool:
     """True if any tensor entry below ``value`` has a non-finite Max, Min, Mean or Norm."""
+    found = _c_nonfinite(value) if _c_nonfinite is not None else None  # the same walk in C (_jenc.nonfinite)
+    return _walk(value) if found is None else found
+
+
+def _walk(value: Any) -> bool:
     stack = [value]
     while stack:
         v = stack.pop()

@@ -334,3 +334,54 @@ def test_the_c_stack_signature_is_each_frames_code_and_offset_at_any_depth():
     assert sigs[0] == sigs[1] != sigs[2] and sigs[0] != down(3)[0]  # and another call site
     with pytest.raises(TypeError):
         stacksig.sig(None)
+
+
+_FLIGHT_WINDOW = PREAMBLE + """
+import msprobe_inject.flight as flight
+mode = sys.argv[2]
+if mode == "memory":  # no spill directory can be made: the ring holds the steps' encoded records in memory
+    open("not_a_dir", "w").close()
+    flight.spill_dir = lambda run_id: os.path.join(os.getcwd(), "not_a_dir", "spill")
+debugger = PrecisionDebugger(config_path=sys.argv[1])
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(5, 4)
+for step in range(6):
+    debugger.start(model=model)
+    h = model(x)
+    if mode == "gaps" and step == 2:  # as after an append a signal handler skipped
+        debugger.runtime.writer._jf.gaps = True
+    loss = h.square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if step == 3:
+        debugger.trigger("test")
+    debugger.stop()
+    debugger.step()
+"""
+
+
+def test_a_held_steps_journal_is_replayed_into_the_documents_the_ring_in_memory_would_write(tmp_path):
+    """A flight-recorder step held outside a window is its spill journal alone (the writer encodes nothing of it):
+    the window's documents, replayed from it, are byte for byte those of the ring kept in memory (no spill
+    directory)."""
+    got = {}
+    for mode in ("spill", "memory", "gaps"):  # one script path: the stacks name it
+        conf = write_config(str(tmp_path / f"{mode}.json"), dump_path=str(tmp_path / mode), level="mix",
+                            flight_recorder=2, flight_after=1)
+        run_py(_FLIGHT_WINDOW, str(tmp_path), args=(conf, mode))
+        files = sorted(glob.glob(str(tmp_path / mode / "step*" / "*" / "*.json")))
+        got[mode] = {(f.split(os.sep)[-3], os.path.basename(f)): open(f, "rb").read() for f in files}
+        steps = sorted({step for step, _ in got[mode]})
+        assert steps == ["step1", "step2", "step3", "step4"], (mode, steps)
+    assert "cannot spill" in open(glob.glob(str(tmp_path / "memory" / "**" / "dump_error_info.log"),
+                                            recursive=True)[0]).read()
+    dumps = [json.loads(v) for (_, name), v in got["spill"].items() if name == "dump.json"]
+    assert all(len(d["data"]) >= 20 for d in dumps), [len(d["data"]) for d in dumps]
+    assert got["spill"] == got["memory"]
+    # a journal with a skipped append cannot say which records it lacks: its step is written as incomplete
+    assert {k: v for k, v in got["gaps"].items() if k[0] != "step2"} == \
+        {k: v for k, v in got["memory"].items() if k[0] != "step2"}
+    gaps, memory = (json.loads(got[m][("step2", "dump.json")]) for m in ("gaps", "memory"))
+    assert gaps.pop("incomplete") is True and gaps == memory
