@@ -98,14 +98,7 @@ class Flight:
         if suspect and self._has_nonfinite(body):
             self.fire(NONFINITE, step, key)
             return
-        if self.spike_re is None:
-            return
-        match = self._spike_match.get(key)
-        if match is None:
-            if len(self._spike_match) > 100_000:
-                self._spike_match.clear()
-            match = self._spike_match[key] = self.spike_re.search(key) is not None
-        if not match:
+        if not self.follows(key):
             return
         norm = _norm_of(body.get("output", body) if isinstance(body, dict) else body)
         if norm is None:
@@ -117,6 +110,18 @@ class Flight:
             median = sorted(hist)[len(hist) // 2]
             if median > 0 and norm > self.spike_factor * median:
                 self.fire(SPIKE, step, key, value=norm, median=median)
+
+    def follows(self, key: str) -> bool:
+        """Whether the spike rule follows the record key (asked from the writer thread and, for the records of a held
+        step it need not send, the training thread: one dict operation at a time, under the GIL)."""
+        if self.spike_re is None:
+            return False
+        match = self._spike_match.get(key)
+        if match is None:
+            if len(self._spike_match) > 100_000:
+                self._spike_match.clear()
+            match = self._spike_match[key] = self.spike_re.search(key) is not None
+        return match
 
     def step_finished(self) -> None:
         """The norms of the step just finished join the history the next steps are compared with."""

@@ -51,6 +51,9 @@ class Open(NamedTuple):
     header: Dict[str, Any]
     kind: str  # "dump" | "debug"
     journal: Optional[journal.JournalFile] = None  # opened by the training thread, which appends the records
+    # flight recorder: the step is held in its spill journal, and the training thread sends the writer only the
+    # records its triggers need (DumpWriter.send)
+    held: bool = False
 
 
 class Record(NamedTuple):
@@ -208,6 +211,7 @@ class DumpWriter:
         # by the training thread only: no lock)
         self._spare: Optional[journal.JournalFile] = None
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
+        self._held = False  # flight recorder, training thread: the open step is held in its spill journal (see send)
         self._stacks: Dict[Any, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
         # (frame, the code ids and offsets above it): the calls of one function share everything above their
         # caller. A plain function's frame object runs once: while the same one is the caller's caller it has
@@ -257,7 +261,11 @@ class DumpWriter:
 
     def send(self, ev: Any, push: bool = False) -> None:
         """Journal a record, then queue the event. Events travel in batches: one queue hand-off (and writer
-        wake-up) per batch. Under the hand-off lock: the journal's order is the events' order."""
+        wake-up) per batch. Under the hand-off lock: the journal's order is the events' order.
+
+        A flight-recorder step held in its spill journal (``_held``) is the journal alone: the writer keeps none of
+        its records, and gets only those its triggers look at (statistics still to be read, a NaN/Inf, a record the
+        spike rule follows), none of its stacks or places."""
         with self._blk:
             t = type(ev)
             if t is Record or t is Merge:
@@ -265,8 +273,14 @@ class DumpWriter:
             if self._jf is not None:
                 if t is Record or t is Merge:
                     ev = self._journal(ev, t)
+                    if self._held and not ev.pending and not self._triggers_see(ev, t):
+                        return
                 elif t is Construct:  # goes with the next record: that of this module's call or of one inside it
                     self._jbuf.append(journal.record_frame("construct", ev.key, ev.parent))
+                    if self._held:
+                        return
+                elif t is Stack and self._held:
+                    return
             self._buf.append(ev)
             if push or len(self._buf) >= _BATCH:
                 buf, self._buf = self._buf, []
@@ -295,6 +309,11 @@ class DumpWriter:
         if not ok:
             self._journal_lost(jf)
         return ev
+
+    def _triggers_see(self, ev: Any, t: type) -> bool:
+        """Whether the flight recorder's triggers look at this record of a held step: one whose figures hold a
+        NaN/Inf, or one the spike rule follows."""
+        return has_nonfinite(ev.body if t is Record else ev.members) or self.flight.follows(ev.key)
 
     def _journal_lost(self, jf: journal.JournalFile) -> None:
         if jf.failed is None:  # one frame skipped by a signal handler's reentry, or the step already closed
@@ -363,7 +382,10 @@ class DumpWriter:
         with self._blk:
             self._end_journal()
             self._jf = self._open_journal(directory, header, kind)
-            self.send(Open(directory, header, kind, self._jf))
+            fl = self.flight
+            # the window the writer knows now (it may learn of one later: a held step it takes is replayed then)
+            self._held = self._jf is not None and fl is not None and not fl.in_window(header.get("_step"))
+            self.send(Open(directory, header, kind, self._jf, self._held))
 
     def _open_journal(self, directory: str, header: Dict[str, Any], kind: str) -> Optional[journal.JournalFile]:
         if self.stopped:
@@ -557,9 +579,9 @@ class DumpWriter:
         if fl is not None:
             fl.rank = _rank_of(ev.directory)
             st.spill = ev.journal.path if ev.journal is not None else None
-            if not fl.in_window(st.step):
+            if ev.held or not fl.in_window(st.step):
                 st.on_disk = False  # held until a trigger's window takes it
-                st.light = st.journal is not None
+                st.light = ev.held  # else no spill: its records are kept here
                 return False
         try:
             files.makedirs(ev.directory, ev.header.get("_root"))

@@ -348,24 +348,22 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(5, 4)
 for step in range(6):
     debugger.start(model=model)
-    h = model(x)
+    h = model(x if step != 3 else x.clone().index_fill_(0, torch.tensor([1]), float("nan")))
     if mode == "gaps" and step == 2:  # as after an append a signal handler skipped
         debugger.runtime.writer._jf.gaps = True
     loss = h.square().mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
-    if step == 3:
-        debugger.trigger("test")
     debugger.stop()
     debugger.step()
 """
 
 
 def test_a_held_steps_journal_is_replayed_into_the_documents_the_ring_in_memory_would_write(tmp_path):
-    """A flight-recorder step held outside a window is its spill journal alone (the writer encodes nothing of it):
-    the window's documents, replayed from it, are byte for byte those of the ring kept in memory (no spill
-    directory)."""
+    """A flight-recorder step held outside a window is its spill journal alone (the writer gets only the records its
+    triggers look at, and keeps none): the window around a NaN, replayed from the journals, is byte for byte what
+    the ring kept in memory writes (no spill directory), and its step summaries name the same first NaN."""
     got = {}
     for mode in ("spill", "memory", "gaps"):  # one script path: the stacks name it
         conf = write_config(str(tmp_path / f"{mode}.json"), dump_path=str(tmp_path / mode), level="mix",
@@ -375,6 +373,13 @@ def test_a_held_steps_journal_is_replayed_into_the_documents_the_ring_in_memory_
         got[mode] = {(f.split(os.sep)[-3], os.path.basename(f)): open(f, "rb").read() for f in files}
         steps = sorted({step for step, _ in got[mode]})
         assert steps == ["step1", "step2", "step3", "step4"], (mode, steps)
+        with open(glob.glob(str(tmp_path / mode / ".msprobe" / "flight" / "*.json"))[0]) as fh:
+            trigger = json.load(fh)
+        assert (trigger["kind"], trigger["step"]) == ("nonfinite", 3), trigger
+        summaries = [json.load(open(f)) for f in sorted(glob.glob(str(tmp_path / mode / "step*" / "*" /
+                                                                        ".step_summary.json")))]
+        got[mode]["first_nan", ""] = [(s["first_nan"] or {}).get("record") for s in summaries]
+        assert got[mode]["first_nan", ""][:2] == [None, None] and got[mode]["first_nan", ""][2] == trigger["record"]
     assert "cannot spill" in open(glob.glob(str(tmp_path / "memory" / "**" / "dump_error_info.log"),
                                             recursive=True)[0]).read()
     dumps = [json.loads(v) for (_, name), v in got["spill"].items() if name == "dump.json"]
@@ -382,6 +387,6 @@ def test_a_held_steps_journal_is_replayed_into_the_documents_the_ring_in_memory_
     assert got["spill"] == got["memory"]
     # a journal with a skipped append cannot say which records it lacks: its step is written as incomplete
     assert {k: v for k, v in got["gaps"].items() if k[0] != "step2"} == \
-        {k: v for k, v in got["memory"].items() if k[0] != "step2"}
+        {k: v for k, v in got["memory"].items() if k[0] != "step2"}  # first_nan too
     gaps, memory = (json.loads(got[m][("step2", "dump.json")]) for m in ("gaps", "memory"))
     assert gaps.pop("incomplete") is True and gaps == memory
