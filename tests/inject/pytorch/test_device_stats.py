@@ -172,6 +172,23 @@ def test_the_monitor_presets_norms_on_a_device_are_one_batched_kernel_per_value_
     assert with_tool - without <= values, (with_tool, without, values)
 
 
+def test_a_flight_recorder_window_of_device_steps_holds_the_figures_every_step_written_holds(tmp_path):
+    """The held steps' device statistics are read by the writer thread after the training thread journaled their
+    records: the journal gets them too, and the window replayed from it holds what writing every step writes."""
+    body = TRAIN + """
+    if step == 2:
+        dbg.trigger("the script saw something")"""
+    for name in ("flight", "every"):
+        (tmp_path / name).mkdir()
+    res, flight, errors = _run(tmp_path / "flight", "npy", "mix", "statistics", body, flight_recorder=1,
+                               flight_after=0)
+    _, every, _ = _run(tmp_path / "every", "npy", "mix", "statistics", body)
+    assert res["hits"] == [] and not errors
+    assert {k[0] for k in flight} == {"step0", "step1"} and flight == every
+    entries = [e for r in flight.values() for _, e in _tensors(r)]
+    assert len(entries) > 40 and all(e["Max"] is not None for e in entries), len(entries)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
 def test_cuda_dumping_raises_no_sync_error(tmp_path, summary):
