@@ -1318,6 +1318,13 @@ cache_put(PyObject *cache, PyObject *entries, PyObject *key, PyObject *t, PyObje
     PyObject *ref = PyWeakref_NewRef(owner, NULL), *optr = PyObject_CallMethodNoArgs(owner, S_data_ptr), *value;
     if (ref != NULL && optr != NULL
         && (value = PyTuple_Pack(6, ref, stat, C_ready, crc ? crc : Py_None, Py_None, optr)) != NULL) {
+        /* a step's entries live until its end: not followed by the collector (see shape_list), they are not
+         * promoted either. A weak reference without a callback refers to nothing strongly, and is cleared by its
+         * referent's death whether tracked or not; the rest is atomic. */
+        PyObject_GC_UnTrack(ref);
+        if (PyTuple_CheckExact(stat))
+            PyObject_GC_UnTrack(stat);
+        PyObject_GC_UnTrack(value);
         if (PyDict_Size(entries) > 200000)
             PyDict_Clear(entries);
         PyDict_SetItem(entries, key, value);
@@ -1327,6 +1334,19 @@ cache_put(PyObject *cache, PyObject *entries, PyObject *key, PyObject *t, PyObje
     Py_XDECREF(optr);
     Py_DECREF(owner);
     PyErr_Clear();
+}
+
+/* An entry's shape: a list of ints, which the garbage collector need not follow (no list of ints is in a cycle).
+ * Untracked, it leaves its entry dict untracked too (a dict of atomic values and untracked containers stays so
+ * until something tracked is put in it): a record's body then costs the collector nothing while it waits for the
+ * writer thread, and is never promoted to the older generations, whose growth sets off full collections. */
+static PyObject *
+shape_list(PyObject *size)
+{
+    PyObject *shape = PySequence_List(size);
+    if (shape != NULL)
+        PyObject_GC_UnTrack(shape);
+    return shape;
 }
 
 /* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
@@ -1394,7 +1414,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)xor_bytes((const unsigned char *)p, 4 * n));
             sum = PyUnicode_FromString(hex);
         }
-        PyObject *shape = PySequence_List(size);
+        PyObject *shape = shape_list(size);
         PyObject *kv[10] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_md5, sum, K_requires_grad, rg};
         d = dict_of(kv, 5);
         Py_XDECREF(shape);
@@ -1408,7 +1428,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             norm = sqrt(q);
         }
         if (isfinite(q)) { /* NaN/Inf: encode.py's path, torch's reductions */
-            PyObject *shape = PySequence_List(size), *nv = PyFloat_FromDouble(norm);
+            PyObject *shape = shape_list(size), *nv = PyFloat_FromDouble(norm);
             PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, Py_None, K_min, Py_None,
                                 K_mean, Py_None, K_norm, nv, K_requires_grad, rg};
             d = dict_of(kv, 8);
@@ -1416,7 +1436,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             Py_XDECREF(nv);
         }
     } else if (stat != NULL) { /* a cached tensor's figures */
-        PyObject *shape = PySequence_List(size);
+        PyObject *shape = shape_list(size);
         PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(stat, 0),
                             K_min, PyTuple_GET_ITEM(stat, 1), K_mean, PyTuple_GET_ITEM(stat, 2),
                             K_norm, PyTuple_GET_ITEM(stat, 3), K_requires_grad, rg, K_md5, crc};
@@ -1439,7 +1459,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         }
         if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
             snprintf(hex, sizeof hex, "%08lx", (unsigned long)r.crc);
-            PyObject *shape = PySequence_List(size);
+            PyObject *shape = shape_list(size);
             PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyFloat_FromDouble(r.mx),
                                 K_min, PyFloat_FromDouble(r.mn), K_mean, PyFloat_FromDouble(mean),
                                 K_norm, PyFloat_FromDouble(norm), K_requires_grad, rg,
@@ -1462,6 +1482,9 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     Py_XDECREF(key);
     Py_XDECREF(stat);
     Py_XDECREF(crc);
+    if (d != NULL && d != NOT_MINE) /* atomic values and an untracked shape (shape_list); a dict put anything
+                                      * tracked into is tracked again by the dict itself */
+        PyObject_GC_UnTrack(d);
     return d;
 }
 
@@ -1479,6 +1502,25 @@ leaf_entry(PyObject *v, int mode, int threads, PyObject *cache)
         return NOT_MINE;
     PyObject *kv[4] = {K_type, name, K_value, v};
     return dict_of(kv, 2);
+}
+
+/* A list or dict of entries none of which the collector follows (see shape_list) need not be followed either (a
+ * dict's own rule would follow it: it follows a dict as soon as a list or dict is put in it, tracked or not). */
+static void
+untrack_if_flat(PyObject *container)
+{
+    if (PyList_CheckExact(container)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(container); i++)
+            if (PyObject_GC_IsTracked(PyList_GET_ITEM(container, i)))
+                return;
+    } else {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(container, &pos, &k, &v))
+            if (PyObject_GC_IsTracked(v))
+                return;
+    }
+    PyObject_GC_UnTrack(container);
 }
 
 /* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
@@ -1544,6 +1586,7 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             Py_DECREF(e);
         }
+        untrack_if_flat(out);
         return out;
     }
     if (PyDict_CheckExact(value)) {
@@ -1572,6 +1615,7 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(e);
         }
         Py_DECREF(items);
+        untrack_if_flat(out);
         return out;
     }
     Py_RETURN_NOTIMPLEMENTED;

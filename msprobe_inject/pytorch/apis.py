@@ -9,6 +9,7 @@ through the recorder's guarded helpers: one quiet section for the inputs, one fo
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Any, Dict
 
 import torch
@@ -80,6 +81,7 @@ class ApiHooks:
         self.mode = DumpMode(self)
         self.mode_pushed = False
         self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
+        self._backward_body = self._on_backward  # bound once (see _backward_hook)
 
     def set_api(self, on: bool) -> None:
         if on and not self.mode_pushed:
@@ -230,23 +232,24 @@ class ApiHooks:
             t.grad_fn.register_hook(self._backward_hook(bkey, record))
 
     def _backward_hook(self, bkey: str, record: bool = True):
+        # a partial of a method bound once: one object per call, not a closure's function, cells and tuple, which
+        # the garbage collector follows and, alive until the backward pass, promotes (see modules.ModuleHooks._bw_pre)
+        return partial(self._backward_body, bkey, record)
+
+    def _on_backward(self, bkey: str, record: bool, grad_inputs, grad_outputs) -> None:
         rec = self.rec
-
-        def hook(grad_inputs, grad_outputs):
-            if tls.busy or rec.forked or rec.session.ended:
-                return None
-            guard = quiet()
-            try:
-                rec.place(bkey, tls.stack[-1] if tls.stack else None)
-                if record and rec.keep(bkey, []):
-                    rec.backward_record(bkey, grad_outputs, grad_inputs)
-            except Exception as exc:
-                rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
-            finally:
-                loud(guard)
+        if tls.busy or rec.forked or rec.session.ended:
             return None
-
-        return hook
+        guard = quiet()
+        try:
+            rec.place(bkey, tls.stack[-1] if tls.stack else None)
+            if record and rec.keep(bkey, []):
+                rec.backward_record(bkey, grad_outputs, grad_inputs)
+        except Exception as exc:
+            rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
+        finally:
+            loud(guard)
+        return None
 
     def call_custom(self, func, prefix: str, api: str, args, kwargs):
         """register_custom_api's wrapper body."""

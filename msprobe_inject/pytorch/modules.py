@@ -4,6 +4,7 @@ parameter-gradient hooks on each parameter's AccumulateGrad node. No module is c
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -176,6 +177,8 @@ class ModuleHooks:
         self._acc: Dict[tuple, Any] = {}  # (module prefix, parameter) -> (AccumulateGrad node, handle, ref)
         self.handles: list = []
         self._compiled_done: set = set()  # ids of compiled modules whose submodules' gradients are hooked
+        self._pre_body = self._bw_pre_body  # bound once (see _bw_pre)
+        self._hook_body = self._bw_hook_body
 
     def install(self) -> None:
         from torch.nn.modules import module as mm
@@ -324,17 +327,21 @@ class ModuleHooks:
         return hooked if hooked is not output else None
 
     # ---- backward ----
+    # A call's hooks are partials of methods bound once: one object each, whose arguments (a str) the garbage
+    # collector stops following at its first pass, where a closure is a function, its cells and their tuple, all
+    # followed and, alive until the backward pass, promoted to the older generations (whose growth sets off full
+    # collections of the whole process).
     def _bw_pre(self, bkey: str):
-        def pre(module, grad_output):
-            self.rec.module_backward_pre(bkey)
-
-        return pre
+        return partial(self._pre_body, bkey)
 
     def _bw_hook(self, bkey: str):
-        def hook(module, grad_input, grad_output):
-            self.rec.module_backward(bkey, grad_input, grad_output)
+        return partial(self._hook_body, bkey)
 
-        return hook
+    def _bw_pre_body(self, bkey: str, module, grad_output) -> None:
+        self.rec.module_backward_pre(bkey)
+
+    def _bw_hook_body(self, bkey: str, module, grad_input, grad_output) -> None:
+        self.rec.module_backward(bkey, grad_input, grad_output)
 
     # ---- parameter gradients ----
     def _param_grad_hooks(self, module, prefix: str) -> None:

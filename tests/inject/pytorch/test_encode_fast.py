@@ -375,3 +375,32 @@ def test_the_device_norms_the_fallback_queues_are_taken_outside_autograd_even_wh
             assert len(figures) == 1 and len(figures[0]) == 4, (fast, tail)  # the norm taken, the tensor let go
             assert figures[0][3] is not None and not figures[0][3].requires_grad, (fast, tail)
             assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
+def test_the_garbage_collector_does_not_follow_the_c_paths_entries_or_the_cache(summary):
+    """A record's body waits for the writer thread, and the statistics cache lives for the step: followed by the
+    collector, they were promoted to its older generations, whose growth sets off full collections of the whole
+    process. What the C call builds holds atomic values only, and is not followed; a dict the caller puts a
+    container into is followed again (the dict's own rule)."""
+    import gc
+
+    enc = _encoder(summary_mode=summary)
+    big = torch.randn(50_000 if summary != "xor" else 4_000)  # the xor of a large tensor is the Python encoder's
+    scalar = [torch.tensor(2.0)] if summary != "md5" else []  # a 0-d tensor's md5 is the Python encoder's
+    value = [torch.randn(4, 4), 0.5, "s", None, *scalar, big, big]
+    out = enc.encode(value, Pending(), None)
+    tensors = [e for e in out if e and e["type"] == "torch.Tensor"]
+    assert len(tensors) == 3 + len(scalar) and enc._entries is not None
+    assert not gc.is_tracked(out)
+    for e in out:
+        assert not gc.is_tracked(e), e
+    assert not any(gc.is_tracked(e["shape"]) for e in tensors)
+    kwargs = enc.encode({"a": torch.randn(3), "b": 1}, Pending(), None)
+    assert not gc.is_tracked(kwargs) and not gc.is_tracked(kwargs["a"])
+    if enc.use_cache and enc._large and summary != "xor":
+        assert enc.cache.entries and not any(gc.is_tracked(v) or gc.is_tracked(v[0]) or gc.is_tracked(v[1])
+                                             for v in enc.cache.entries.values())
+        assert enc.cache.entries[next(iter(enc.cache.entries))][0]() is not None  # the weak reference still works
+    out[0]["extra"] = [1]
+    assert gc.is_tracked(out[0])
