@@ -1,7 +1,8 @@
 """The flight recorder: every step is recorded, the last K are kept, and nothing is written
 until a trigger fires.
 
-This module is the writer thread's policy for that mode; it never runs on the training thread.
+This module is the writer thread's policy for that mode. The training thread asks it two questions only, at no
+cost: whether a step is in the window (``in_window``) and whether the spike rule follows a record (``follows``).
 
 * The ring holds finished steps, at most ``steps + SLACK`` of them and at most ``max_bytes``: the oldest step
   leaves first. A held step is its spill journal (the writer replays it if a window takes the step), or, where

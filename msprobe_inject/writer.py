@@ -176,7 +176,7 @@ def format_stack(frames: tuple) -> List[str]:
 class _OpenStep:
     """The step directory being written, its records and its journal."""
 
-    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill", "suspect", "light")
+    __slots__ = ("directory", "records", "journal", "held", "on_disk", "nbytes", "spill", "suspect", "light", "gaps")
 
     def __init__(self, directory: str, header: Dict[str, Any], kind: str):
         self.directory = directory
@@ -188,8 +188,9 @@ class _OpenStep:
         self.spill: Optional[str] = None  # flight recorder: the step's journal in the node-local spill directory
         self.suspect: set = set()  # records whose encoded text may hold a NaN/Inf (the step summary's first NaN)
         # flight recorder: a held step whose spill journal holds its records; nothing of it is kept here, and a
-        # window that takes it replays the journal ("gaps": the journal lost an append)
-        self.light: Any = False
+        # window that takes it replays the journal
+        self.light = False
+        self.gaps = False  # the held step's journal lost an append: written as incomplete if a window takes it
 
     @property
     def step(self) -> Optional[int]:
@@ -842,7 +843,7 @@ class DumpWriter:
                     st.nbytes = jf.pos
                     # an append failed (the spill is full) or was skipped (by a signal handler): the journal lacks
                     # records, and so does this step if a window takes it
-                    st.light = "gaps" if jf.failed is not None or jf.gaps else True
+                    st.gaps = jf.failed is not None or jf.gaps
                 jf.close()
                 st.journal = None
             if fl.in_window(step):
@@ -890,7 +891,7 @@ class DumpWriter:
 
     def _replay_held(self, st: _OpenStep) -> None:
         """A held step's records, from its spill journal (the writer kept none of them)."""
-        gaps, st.light = st.light == "gaps", False
+        st.light = False
         try:
             replayed, _, _ = journal.replay(st.spill)
         except OSError as exc:
@@ -901,7 +902,7 @@ class DumpWriter:
             return
         replayed.header = st.records.header
         st.records = replayed
-        if gaps:
+        if st.gaps:
             replayed.header["incomplete"] = True
             self.log_error(f"flight recorder: the held step's journal {st.spill} lacks records; the step is "
                            "written as incomplete", st.directory)
