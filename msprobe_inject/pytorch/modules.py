@@ -22,7 +22,7 @@ _RECOMPUTE = object()  # the frame of a module forward run again by activation c
 
 try:
     _DEFAULT_META = torch._C._autograd.CreationMeta(0)  # built once: a pybind enum costs a microsecond per call
-    _get_meta, _set_meta = torch._C._autograd._get_creation_meta, torch._C._autograd._set_creation_meta
+    _set_meta = torch._C._autograd._set_creation_meta
 except Exception:  # a torch without creation metadata: its views carry nothing to reset
     _DEFAULT_META = None
 
@@ -30,10 +30,10 @@ except Exception:  # a torch without creation metadata: its views carry nothing 
 def _fix_view(t):
     # BackwardHookFunction returns views; reset their creation meta so in-place ops on module
     # inputs/outputs (nn.ReLU(inplace=True), y.add_()) keep working, as msprobe does.
+    # Set whatever it was: reading it first returns a pybind enum and compares two, four times the set's cost.
     if _DEFAULT_META is not None and isinstance(t, torch.Tensor) and t._base is not None:
         try:
-            if _get_meta(t) != _DEFAULT_META:
-                _set_meta(t, _DEFAULT_META)
+            _set_meta(t, _DEFAULT_META)
         except Exception:
             pass
     return t
