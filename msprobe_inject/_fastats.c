@@ -1523,6 +1523,35 @@ untrack_if_flat(PyObject *container)
     PyObject_GC_UnTrack(container);
 }
 
+/* untrack(entry) -> entry: an entry the Python encoder built (another dtype, a device tensor, a subclass's local
+ * tensor) left to the collector no more, as this file leaves its own: its shape, a list of ints, untracked, and then the
+ * entry itself where every value is untracked (see shape_list); a list or dict of such entries too (untrack_if_flat).
+ * Anything else is returned as it is. */
+static PyObject *
+fastats_untrack(PyObject *self, PyObject *d)
+{
+    static PyObject *shape_key = NULL;
+    if (shape_key == NULL && (shape_key = PyUnicode_InternFromString("shape")) == NULL)
+        return NULL;
+    if (PyDict_CheckExact(d)) {
+        PyObject *shape = PyDict_GetItemWithError(d, shape_key);
+        if (shape == NULL && PyErr_Occurred())
+            return NULL;
+        if (shape != NULL && PyList_CheckExact(shape) && PyObject_GC_IsTracked(shape)) {
+            Py_ssize_t i = 0, n = PyList_GET_SIZE(shape);
+            while (i < n && PyLong_CheckExact(PyList_GET_ITEM(shape, i)))
+                i++;
+            if (i == n) /* no one appends to a shape: an untracked list is never tracked again */
+                PyObject_GC_UnTrack(shape);
+        }
+        untrack_if_flat(d);
+    }
+    else if (PyList_CheckExact(d)) /* a value's list of entries: nothing is put in it once built */
+        untrack_if_flat(d);
+    Py_INCREF(d);
+    return d;
+}
+
 /* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
 static PyObject *
 item_entry(PyObject *v, int mode, int threads, PyObject *cache, int mine, PyObject *key, PyObject *fallback,
@@ -1720,6 +1749,9 @@ static PyMethodDef methods[] = {
      "storage, for the statistics cache entries looks up and fills"},
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
+    {"untrack", fastats_untrack, METH_O,
+     "untrack(entry) -> entry: a tensor entry the collector no longer follows (its shape a list of ints, its other "
+     "values untracked), or a list or dict of such entries; another value as it is"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,
      "crc32(address, nbytes) -> zlib.crc32 of the buffer"},
     {NULL, NULL, 0, NULL},

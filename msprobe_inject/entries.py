@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
+try:  # a tensor entry the Python encoders build, left untracked by the collector as the C entries call leaves its own
+    from ._fastats import untrack
+except ImportError:  # pragma: no cover - without the C extension (or one built before it): the collector follows them
+
+    def untrack(entry: Any) -> Any:
+        return entry
+
 
 class Pending(list):
     """(entry, statistics, kind) triples of one record, resolved in the writer thread."""

@@ -81,6 +81,7 @@ def dtype_str(dtype: torch.dtype) -> str:
 
 
 Pending = entries.Pending
+_untrack = entries.untrack
 
 
 class Unreadable(str):
@@ -999,7 +1000,7 @@ class Encoder(entries.EncoderBase):
                     out[k if isinstance(k, str) else str(k)] = self._enc(item, pending, prefix, keys, depth + 1, seen)
                 finally:
                     keys.pop()
-            return out
+            return _untrack(out)
         return self._items(v, pending, prefix, keys, depth, seen)
 
     def _items(self, v, pending, prefix, keys, depth, seen):
@@ -1010,7 +1011,7 @@ class Encoder(entries.EncoderBase):
                 out_l.append(self._enc(item, pending, prefix, keys, depth + 1, seen))
             finally:
                 keys.pop()
-        return out_l
+        return _untrack(out_l)  # a list of untracked entries is not followed either
 
     @staticmethod
     def _guarded(fn, v, pending, prefix, keys, depth, seen):
@@ -1055,10 +1056,10 @@ class Encoder(entries.EncoderBase):
                 pending.append((entry, (t.clone(),), "xs"))
             elif t.numel() and not t.is_meta:
                 pending.append((entry, (checksums.xor_word(t),), "x"))
-            return entry
+            return _untrack(entry)
         if self.structure:
-            return {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
-                    "requires_grad": t.requires_grad}
+            return _untrack({"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
+                             "requires_grad": t.requires_grad})
         entry: Dict[str, Any] = {"type": "torch.Tensor", "dtype": dtype_str(t.dtype), "shape": list(t.shape),
                                  "Max": None, "Min": None, "Mean": None, "Norm": None,
                                  "requires_grad": t.requires_grad}
@@ -1112,7 +1113,9 @@ class Encoder(entries.EncoderBase):
             self.cache.put(key, t, (stat, kind, crc, saved))  # t: the caller's object, alive while it is used
         elif cached is not None and saved is not None and cached[4] is None:
             self.cache.entries[key] = (*cached[:4], saved, cached[-1])
-        return entry
+        # alive until the writer thread has it, and its statistics with it: not followed by the collector (a dict put
+        # anything followed into, a subclass's fields, is followed again)
+        return _untrack(entry)
 
     def _ndarray(self, a: np.ndarray) -> Dict[str, Any]:
         e: Dict[str, Any] = {"type": "numpy.ndarray", "dtype": str(a.dtype), "shape": list(a.shape)}

@@ -362,3 +362,30 @@ def test_the_monitor_preset_writes_the_norms_alone_as_level_l0_computes_them(tmp
             assert _close(theirs["Norm"], mine["Norm"]), (key, mine, theirs)
             compared += 1
     assert compared >= 4, (compared, sorted(ours))
+
+
+def test_the_garbage_collector_does_not_follow_the_encoders_entries(tmp_path):
+    """As the PyTorch encoder's: a record's entries wait for the writer thread untracked by the collector (promoted
+    to its older generations, they set off full collections of the whole process)."""
+    code = """
+import gc
+import mindspore as ms
+import numpy as np
+from msprobe_inject.config import DumpConfig
+from msprobe_inject.entries import Pending
+from msprobe_inject.mindspore.encode import Encoder
+ms.set_device("CPU")
+
+class W:
+    def log_error(self, *a, **k):
+        pass
+
+enc = Encoder(DumpConfig(dump_path="unused"), lambda: "unused", W())
+x = ms.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+out = enc.encode([x, {"k": x, "n": 1}, 0.5], Pending(), None)
+print(gc.is_tracked(out), gc.is_tracked(out[0]), gc.is_tracked(out[0]["shape"]), gc.is_tracked(out[1]))
+out[0]["placements"] = [1]
+print(gc.is_tracked(out[0]))
+"""
+    proc = run_py(code, str(tmp_path), env=_env())
+    assert proc.stdout.split() == ["False", "False", "False", "False", "True"], proc.stdout
