@@ -1523,33 +1523,50 @@ untrack_if_flat(PyObject *container)
     PyObject_GC_UnTrack(container);
 }
 
-/* untrack(entry) -> entry: an entry the Python encoder built (another dtype, a device tensor, a subclass's local
- * tensor) left to the collector no more, as this file leaves its own: its shape, a list of ints, untracked, and then the
- * entry itself where every value is untracked (see shape_list); a list or dict of such entries too (untrack_if_flat).
- * Anything else is returned as it is. */
-static PyObject *
-fastats_untrack(PyObject *self, PyObject *d)
+/* What the tool keeps until the writer thread has it (a record's body, its members, the entries the Python encoder
+ * builds for another dtype or a device tensor) left to the collector no more, as this file leaves what it builds:
+ * its dicts and lists, deepest first, each untracked where nothing in it is tracked (untrack_if_flat; an entry's
+ * shape is a list of ints), and a tuple without an instance dict (a writer event) whose items are all untracked. A dict given something tracked later is followed again by its own rule; a list is not,
+ * and none of these lists is added to once built. One already untracked was walked before. */
+static void
+untrack_deep(PyObject *o, int depth)
 {
-    static PyObject *shape_key = NULL;
-    if (shape_key == NULL && (shape_key = PyUnicode_InternFromString("shape")) == NULL)
-        return NULL;
-    if (PyDict_CheckExact(d)) {
-        PyObject *shape = PyDict_GetItemWithError(d, shape_key);
-        if (shape == NULL && PyErr_Occurred())
-            return NULL;
-        if (shape != NULL && PyList_CheckExact(shape) && PyObject_GC_IsTracked(shape)) {
-            Py_ssize_t i = 0, n = PyList_GET_SIZE(shape);
-            while (i < n && PyLong_CheckExact(PyList_GET_ITEM(shape, i)))
-                i++;
-            if (i == n) /* no one appends to a shape: an untracked list is never tracked again */
-                PyObject_GC_UnTrack(shape);
+    if (depth > 64 || !PyObject_GC_IsTracked(o))
+        return;
+    if (PyDict_CheckExact(o)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &k, &v))
+            if (PyDict_CheckExact(v) || PyList_CheckExact(v))
+                untrack_deep(v, depth + 1);
+    } else if (PyList_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(o); i++) {
+            PyObject *v = PyList_GET_ITEM(o, i);
+            if (PyDict_CheckExact(v) || PyList_CheckExact(v))
+                untrack_deep(v, depth + 1);
         }
-        untrack_if_flat(d);
-    }
-    else if (PyList_CheckExact(d)) /* a value's list of entries: nothing is put in it once built */
-        untrack_if_flat(d);
-    Py_INCREF(d);
-    return d;
+    } else if (PyTuple_Check(o) && Py_TYPE(o)->tp_dictoffset == 0) {
+        /* a writer event (a named tuple): the collector untracks only exact tuples of untracked items itself */
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); i++) {
+            PyObject *v = PyTuple_GET_ITEM(o, i);
+            if (PyDict_CheckExact(v) || PyList_CheckExact(v))
+                untrack_deep(v, depth + 1);
+            if (PyObject_GC_IsTracked(v))
+                return;
+        }
+        PyObject_GC_UnTrack(o);
+        return;
+    } else
+        return;
+    untrack_if_flat(o);
+}
+
+static PyObject *
+fastats_untrack(PyObject *self, PyObject *o)
+{
+    untrack_deep(o, 0);
+    Py_INCREF(o);
+    return o;
 }
 
 /* the entry of v, which is value[key]: here (unless mine is 0), or from fallback(v, key, pending, value) */
@@ -1750,8 +1767,8 @@ static PyMethodDef methods[] = {
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
     {"untrack", fastats_untrack, METH_O,
-     "untrack(entry) -> entry: a tensor entry the collector no longer follows (its shape a list of ints, its other "
-     "values untracked), or a list or dict of such entries; another value as it is"},
+     "untrack(value) -> value: its dicts, lists and tuples, deepest first, no longer followed by the collector where "
+     "nothing in them is followed (a writer event, a record body, an entry and its shape); another value as it is"},
     {"crc32", (PyCFunction)(void (*)(void))fastats_crc32, METH_FASTCALL,
      "crc32(address, nbytes) -> zlib.crc32 of the buffer"},
     {NULL, NULL, 0, NULL},

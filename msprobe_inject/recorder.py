@@ -234,13 +234,13 @@ class Recorder:
     def record(self, key: str, body: Any, pending: Optional[list]) -> None:
         """A whole record body (replaces an earlier one of the same key)."""
         self.session.ensure_open()
-        self.writer.send(Record(key, body, pending))
+        self.writer.send(Record(key, body, pending or None))
 
     def merge(self, key: str, members: Dict[str, Any], pending: Optional[list], move: bool = False) -> None:
         """Members of a record; with move, the record takes its place at the end of the step (msprobe's
         position for a module forward: where the call completed)."""
         self.session.ensure_open()
-        self.writer.send(Merge(key, members, pending, move))
+        self.writer.send(Merge(key, members, pending or None, move))
 
     def place(self, key: str, parent: Any) -> None:
         """The record's parent in construct.json (levels L0 and mix with extra_info)."""

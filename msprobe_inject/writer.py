@@ -28,6 +28,7 @@ from .dumpformat import files, journal, paths, stepsummary
 from .dumpformat.documents import StepRecords
 from .dumpformat.encoding import encode, join_members
 from .dumpformat.nonfinite import has_nonfinite
+from .entries import untrack
 from .flight import Flight
 
 try:  # built with the package where a C compiler is available
@@ -282,6 +283,11 @@ class DumpWriter:
                         return
                 elif t is Stack and self._held:
                     return
+            if t is Record or t is Merge:
+                # alive until the writer has it: not followed by the collector (nor promoted to its older generations,
+                # whose growth sets off full collections of the process): the body, and the event itself where it has
+                # no statistics still to read (pending None; the journal has read the CPU's)
+                untrack(ev)
             self._buf.append(ev)
             if push or len(self._buf) >= _BATCH:
                 buf, self._buf = self._buf, []

@@ -316,7 +316,7 @@ class ApiHooks:
             s.finish_api(base)
             if self.rec.fwd:
                 s.ensure_open()
-                s.writer.send(Record(fkey, body, pending))  # msprobe keeps the inputs of a call that raised
+                s.writer.send(Record(fkey, body, pending or None))  # msprobe keeps the inputs of a call that raised
             raise
         tls.in_api = False
         s.finish_api(base)
@@ -333,7 +333,7 @@ class ApiHooks:
                 body["output"] = self.rec.encoder.encode(value, pending, f"{fkey}.output" if files else None)
             if self.rec.fwd:
                 s.ensure_open()
-                s.writer.send(Record(fkey, body, pending))
+                s.writer.send(Record(fkey, body, pending or None))
             if self.rec.construct:
                 s.ensure_open()
                 s.writer.send(Construct(fkey, stack[-1] if stack else None))
@@ -468,7 +468,7 @@ class ApiHooks:
             if self.rec.construct:
                 st = tls.stack
                 s.writer.send(Construct(bkey, st[-1] if st else None))
-            s.writer.send(Record(bkey, body, pending))
+            s.writer.send(Record(bkey, body, pending or None))
         else:
-            s.writer.send(Merge(bkey, body, pending, False))
+            s.writer.send(Merge(bkey, body, pending or None, False))
 

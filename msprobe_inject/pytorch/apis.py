@@ -210,7 +210,7 @@ class ApiHooks:
             body["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
         if rec.fwd:
             s.ensure_open()
-            rec.writer.send(Record(fkey, body, pending))
+            rec.writer.send(Record(fkey, body, pending or None))
         if rec.construct:
             rec.writer.send(Construct(fkey, self._parent(stack)))
         s.filters.finished(fkey)

@@ -390,3 +390,51 @@ def test_a_held_steps_journal_is_replayed_into_the_documents_the_ring_in_memory_
         {k: v for k, v in got["memory"].items() if k[0] != "step2"}  # first_nan too
     gaps, memory = (json.loads(got[m][("step2", "dump.json")]) for m in ("gaps", "memory"))
     assert gaps.pop("incomplete") is True and gaps == memory
+
+
+@pytest.mark.parametrize("level", ["L1", "mix", "L0"])
+def test_the_records_waiting_for_the_writer_are_not_followed_by_the_garbage_collector(tmp_path, level):
+    """A record's body waits in the hand-off batch for the writer thread: followed by the collector, it was promoted to
+    the older generations, whose growth sets off full collections of the whole process. Every body sent (float32
+    tensors, whose entries the C call builds, and bfloat16 ones, the Python encoder's) is untracked, and so is the event
+    holding it when it has no statistics still to read (the CPU's); the figures are written as before."""
+    code = PREAMBLE + """
+import gc
+from msprobe_inject import writer
+sent = []  # the events as the writer thread gets them
+for name in ("_on_record", "_on_merge"):
+    def handler(self, ev, _real=getattr(writer.DumpWriter, name)):
+        sent.append(ev)
+        return _real(self, ev)
+    setattr(writer.DumpWriter, name, handler)
+debugger = PrecisionDebugger(dump_path="d", level=sys.argv[1])
+m = Net()
+mb = Net().to(torch.bfloat16)
+debugger.start(model=[m, mb])
+m(torch.randn(2, 4)).sum().backward()
+mb(torch.randn(2, 4, dtype=torch.bfloat16)).sum().backward()
+debugger.stop(); debugger.step()
+gc.collect()
+print(json.dumps({"events": len(sent), "bodies": sum(gc.is_tracked(ev[1]) for ev in sent),
+                  "tuples": sum(gc.is_tracked(ev) for ev in sent),
+                  "bf16": sum('bfloat16' in json.dumps(ev[1]) for ev in sent)}))
+"""
+    proc = run_py(code, str(tmp_path), args=(level,))
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["events"] >= 8 and got["bf16"] >= 4, got
+    assert got["bodies"] == 0 and got["tuples"] == 0, got
+    d = load_dump(str(tmp_path / "d"))
+    bf16 = [e for e in _tensor_entries(d["data"]) if e["dtype"] == "torch.bfloat16"]
+    assert bf16 and all(isinstance(e["Max"], float) and isinstance(e["Norm"], float) for e in bf16)
+
+
+def _tensor_entries(value):
+    if isinstance(value, dict):
+        if value.get("type") == "torch.Tensor":
+            yield value
+        else:
+            for v in value.values():
+                yield from _tensor_entries(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _tensor_entries(v)
