@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from util import PREAMBLE, clean_env, load_dump, rank_dir, run_config, run_py, write_config
+from util import PREAMBLE, clean_env, leaves, load_dump, rank_dir, run_config, run_py, write_config
 
 
 def test_overflow_check_keeps_only_nonfinite_records(tmp_path):
@@ -424,17 +424,6 @@ print(json.dumps({"events": len(sent), "bodies": sum(gc.is_tracked(ev[1]) for ev
     assert got["events"] >= 8 and got["bf16"] >= 4, got
     assert got["bodies"] == 0 and got["tuples"] == 0, got
     d = load_dump(str(tmp_path / "d"))
-    bf16 = [e for e in _tensor_entries(d["data"]) if e["dtype"] == "torch.bfloat16"]
+    bf16 = [e for e in leaves(d["data"]) if e["dtype"] == "torch.bfloat16"]
     assert bf16 and all(isinstance(e["Max"], float) and isinstance(e["Norm"], float) for e in bf16)
 
-
-def _tensor_entries(value):
-    if isinstance(value, dict):
-        if value.get("type") == "torch.Tensor":
-            yield value
-        else:
-            for v in value.values():
-                yield from _tensor_entries(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _tensor_entries(v)
