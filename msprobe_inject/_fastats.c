@@ -1526,8 +1526,9 @@ untrack_if_flat(PyObject *container)
 /* What the tool keeps until the writer thread has it (a record's body, its members, the entries the Python encoder
  * builds for another dtype or a device tensor) left to the collector no more, as this file leaves what it builds:
  * its dicts and lists, deepest first, each untracked where nothing in it is tracked (untrack_if_flat; an entry's
- * shape is a list of ints), and a tuple without an instance dict (a writer event) whose items are all untracked. A dict given something tracked later is followed again by its own rule; a list is not,
- * and none of these lists is added to once built. One already untracked was walked before. */
+ * shape is a list of ints), and a tuple without an instance dict (a writer event) whose items are all untracked.
+ * A dict given something tracked later is followed again by its own rule; a list is not, and none of these lists
+ * is added to once built. One already untracked was walked before. */
 static void
 untrack_deep(PyObject *o, int depth)
 {

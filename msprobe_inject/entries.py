@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-try:  # a tensor entry the Python encoders build, left untracked by the collector as the C entries call leaves its own
+try:  # what waits for the writer thread (entries, record bodies, events) left untracked by the collector (_fastats.c)
     from ._fastats import untrack
 except ImportError:  # pragma: no cover - without the C extension (or one built before it): the collector follows them
 

@@ -22,7 +22,7 @@ from .. import entries
 from ..dumpformat import files
 
 MAX_DEPTH = 400
-untrack = entries.untrack
+_untrack = entries.untrack
 # Bound before any API wrapper is installed: statistics never go through our own wrappers.
 _MAX, _MIN, _MEAN, _SUM, _SQRT, _ANY, _ALL = mint.max, mint.min, mint.mean, mint.sum, mint.sqrt, mint.any, mint.all
 _TENSOR_COPY = ms.Tensor.copy
@@ -217,7 +217,7 @@ class Encoder(entries.EncoderBase):
                                                                               seen)
                 finally:
                     keys.pop()
-            return untrack(out)
+            return _untrack(out)
         out_l: List[Any] = []
         for i, item in enumerate(v):
             keys.append(i)
@@ -225,18 +225,18 @@ class Encoder(entries.EncoderBase):
                 out_l.append(self._enc(item, pending, prefix, keys, depth + 1, seen))
             finally:
                 keys.pop()
-        return untrack(out_l)  # entries, and lists or dicts of them, are not followed by the collector
+        return _untrack(out_l)  # entries, and lists or dicts of them, are not followed by the collector
 
     def _tensor(self, t: ms.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
         dt = t.dtype
         entry: Dict[str, Any] = {"type": "mindspore.Tensor", "dtype": dtype_str(dt), "shape": list(t.shape)}
         if self.structure:
-            return untrack(entry)
+            return _untrack(entry)
         if self.summary == "xor":  # a copy queued on the device; the writer thread reads and folds it
             entry["md5"] = None
             if t.size:
                 pending.append((entry, snapshot(t), "xor"))
-            return untrack(entry)
+            return _untrack(entry)
         entry["Max"] = entry["Min"] = entry["Mean"] = entry["Norm"] = None
         values, kind = stat_of(t, self.high, dt, self.norm_only)
         if values is not None:
@@ -249,7 +249,7 @@ class Encoder(entries.EncoderBase):
         if self.summary == "md5":
             entry["md5"] = None
             pending.append((entry, snapshot(t), "md5"))
-        return untrack(entry)
+        return _untrack(entry)
 
     def _p2p(self, v, pending):
         out: Dict[str, Any] = {"class_type": "mindspore.mint.distributed.P2POp"}
