@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .dumpformat import files, journal, paths, stepsummary
 from .dumpformat.documents import StepRecords
-from .dumpformat.encoding import encode, join_members
+from .dumpformat.encoding import encode, encode_scan, join_members
 from .dumpformat.nonfinite import has_nonfinite
 from .entries import untrack
 from .flight import Flight
@@ -716,9 +716,8 @@ class DumpWriter:
             return self._observe(st, ev.key, ev.body)
         if self._overflow_left is not None:
             return self._overflow(st, ev.key, ev.body)
-        encoded = encode(ev.body)
+        encoded, suspect = encode_scan(ev.body)
         st.records.set(ev.key, encoded)
-        suspect = stepsummary.is_suspect(encoded)
         if suspect:
             st.suspect.add(ev.key)
         if self.flight is not None:
@@ -736,14 +735,16 @@ class DumpWriter:
             return self._observe(st, ev.key, ev.members)
         if self._overflow_left is not None and ev.key not in st.records:
             return self._overflow(st, ev.key, ev.members, merge=True)
-        members = {k: encode(v) for k, v in ev.members.items()}
+        members = {}
+        suspect = False
+        for k, v in ev.members.items():
+            members[k], seen = encode_scan(v)
+            suspect = suspect or seen
         st.records.merge(ev.key, members, move=ev.move)
-        text = join_members(members)
-        suspect = stepsummary.is_suspect(text)
-        if suspect:
+        if suspect:  # the values' text only: a member's key (a parameter's name) holds no statistic
             st.suspect.add(ev.key)
         if self.flight is not None:
-            st.nbytes += len(text) + len(ev.key)
+            st.nbytes += len(join_members(members)) + len(ev.key)
             self.flight.observe(st.step, ev.key, ev.members, suspect)
         return False
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Tuple
 
 encode_key: Callable[[str], str] = json.encoder.encode_basestring_ascii  # a quoted, escaped key
 
@@ -48,6 +48,30 @@ def _make_encode() -> Callable[[Any], str]:
 
 
 encode: Callable[[Any], str] = _make_encode()
+
+
+def _make_encode_scan() -> Callable[[Any], Tuple[str, bool]]:
+    """(encode(o), whether stepsummary.is_suspect holds of that text): the writer asks both of every record, and
+    _jenc answers both in the one pass that writes the text (a scan of the text afterwards cost as much again)."""
+    from .nonfinite import SUSPECT_TEXT
+
+    def scan_after(o: Any) -> Tuple[str, bool]:
+        text = encode(o)
+        return text, any(s in text for s in SUSPECT_TEXT)
+
+    try:
+        from ._jenc import encode_scan as c_scan
+    except ImportError:  # without a C compiler
+        return scan_after
+
+    def encode_scan(o: Any, _scan=c_scan, _after=scan_after) -> Tuple[str, bool]:
+        got = _scan(o)
+        return got if got is not None else _after(o)
+
+    return encode_scan
+
+
+encode_scan: Callable[[Any], Tuple[str, bool]] = _make_encode_scan()
 
 
 def encode_members(members: Dict[str, Any]) -> Dict[str, str]:

@@ -49,12 +49,22 @@ class DumpMode(TorchFunctionMode):
     def __init__(self, hooks: ApiHooks):
         super().__init__()
         self.hooks = hooks
+        # what is never an API msprobe wraps, whatever the call (a tensor's attribute read, torch.is_complex, the
+        # optimizer's zeros_like): called through at once. Over half the calls of a training step are these.
+        self.never = hooks.never
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        if _is_compiling():  # first: dynamo traces this method, and a set of any callables is nothing it guards
+            return func(*args, **kwargs)
+        try:
+            if func in self.never:
+                return func(*args, **kwargs)
+        except TypeError:  # an unhashable callable: resolve() says what it is
+            pass
         h = self.hooks
-        if tls.busy or tls.in_api or not h.rec.api_on or _is_compiling():
+        if tls.busy or tls.in_api or not h.rec.api_on:
             return func(*args, **kwargs)
         info = h.resolve(func, args)
         if info is None:
@@ -78,6 +88,7 @@ class ApiHooks:
         self.tensor_dunders = {n: (cfg.risk_level == "ALL" or n not in low)
                                for n in lists["tensor"] if n.startswith("__")}
         self._bases: Dict[tuple, str] = {}
+        self.never: set = set()  # callables resolve() found to be no API whatever their arguments
         self.mode = DumpMode(self)
         self.mode_pushed = False
         self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
@@ -106,6 +117,11 @@ class ApiHooks:
         name = self.table.lookup(func)
         if name is None:
             if not self.all_apis:
+                if len(self.never) < 4096:  # a bound method-wrapper is a new object per tensor: bounded
+                    try:
+                        self.never.add(func)
+                    except TypeError:
+                        pass
                 return None
             name = self.table.name_for_unlisted(func)
             listed = True

@@ -176,3 +176,39 @@ def test_suspect_text_is_the_substring_test(seed):
         text = "".join(rng.choice(["N", "a", "I", "n", "f", "i", "x", "é", " ", "NaN", "inf"])
                        for _ in range(rng.randint(0, 12)))
         assert stepsummary.is_suspect(text) == any(s in text for s in SUSPECT_TEXT), text
+
+
+def _suspect_value(rng: random.Random, depth: int = 0):
+    """Values whose text may hold the suspect substrings anywhere: in keys, in strings (also through escapes: "\\n"
+    then "an"), in non-finite floats, and in nothing at all."""
+    def word() -> str:
+        return "".join(rng.choice(["N", "a", "I", "n", "f", "i", "\n", "\\", "é", "x", "NaN", "inf"])
+                       for _ in range(rng.randint(0, 5)))
+
+    pick = rng.random()
+    if depth < 4 and pick < 0.3:
+        return {word(): _suspect_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+    if depth < 4 and pick < 0.5:
+        return [_suspect_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    if pick < 0.7:
+        return word()
+    return rng.choice([math.nan, math.inf, -math.inf, 1.5, None, True, 7, _float(rng)])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_encode_scan_is_the_text_and_the_substring_test_of_it(seed):
+    rng = random.Random(seed)
+    flagged = 0
+    for _ in range(300):
+        value = {"k": _suspect_value(rng)} if rng.random() < 0.5 else _value(rng)
+        text, suspect = encoding.encode_scan(value)
+        assert text == json.dumps(value)
+        assert suspect == stepsummary.is_suspect(text) == any(s in text for s in SUSPECT_TEXT), text
+        flagged += suspect
+    assert 30 < flagged < 270  # both answers were asked for
+
+
+def test_encode_scan_of_what_the_c_encoder_does_not_decide_is_json_and_its_scan():
+    value = {"a": [_Float(float("nan"))], "b": {1: "info"}}
+    assert jenc.encode_scan(value) is None
+    assert encoding.encode_scan(value) == (json.dumps(value), True)
