@@ -1,0 +1,140 @@
+"""Where a tiny recorded call's time goes: ``percall.py``'s loop (``Linear(4, 4)``, ``relu``, ``*``, ``+`` in two
+small modules, with backward) under the explicit API, in one process, with one part of the recording switched off at
+a time: the ways in turn over the rounds (reversed every other round), so all see the same machine and memory. Then
+the writer thread's CPU time in the loop, by event kind.
+
+    python benchmarks/call_parts.py [--level L1] [--rounds 15] [--iters 200]
+
+Ways: "all", "no backward hook" (no hook on the output's node, so no backward record either), "no encoding" (values
+encoded as empty), "records not sent" (nothing journaled or handed to the writer thread), "no stacks". The figures are
+diagnostics: a way that is not the code's never runs in a job. The shares overlap (a record not encoded is also
+shorter to journal and to write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--level", default="L1", choices=("L0", "L1", "mix"))
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--iters", type=int, default=200)
+    a = ap.parse_args()
+
+    import torch
+    from torch import nn
+
+    from msprobe_inject import writer as W
+    from msprobe_inject.pytorch import PrecisionDebugger, apis, encode
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x)) * 0.5 + x
+
+    model = nn.Sequential(Block(), Block())
+    x = torch.randn(4, 4, requires_grad=True)
+    tmp = tempfile.mkdtemp(prefix="msprobe_call_parts_")
+    with open(os.path.join(tmp, "config.json"), "w") as fh:
+        json.dump({"task": "statistics", "dump_path": os.path.join(tmp, "dump"), "level": a.level}, fh)
+    debugger = PrecisionDebugger(config_path=os.path.join(tmp, "config.json"))
+
+    def body() -> None:
+        model(x).sum().backward()
+
+    def nothing(*_a, **_k):
+        return None
+
+    def empty(self, value, pending, files=None):
+        return []
+
+    slots = {"bwd": (apis.ApiHooks, "_register_backward"), "enc": (encode.Encoder, "encode"),
+             "send": (W.DumpWriter, "send"), "stack": (W.DumpWriter, "stack")}
+    orig = {k: getattr(cls, n) for k, (cls, n) in slots.items()}
+    ways = {"all": {}, "no backward hook": {"bwd": nothing}, "no encoding": {"enc": empty},
+            "records not sent": {"send": nothing}, "no stacks": {"stack": nothing}}
+
+    def set_way(way: str) -> None:
+        for k, (cls, n) in slots.items():
+            setattr(cls, n, ways[way].get(k, orig[k]))
+
+    for _ in range(20):  # warm-up, unrecorded
+        body()
+    debugger.start(model=model)
+    got: dict = {w: [] for w in ways}
+    for r in range(a.rounds):
+        for way in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+            set_way(way)
+            for _ in range(20):
+                body()
+            t0 = time.perf_counter()
+            for _ in range(a.iters):
+                body()
+            got[way].append((time.perf_counter() - t0) / a.iters * 1e6)
+        print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
+    set_way("all")
+
+    # the writer thread's CPU in the same loop: its handlers timed on its own clock, the rest of its thread by the
+    # process's CPU time less the training thread's
+    debugger.stop()  # a new step: its documents hold the timed iterations' records alone
+    debugger.step()
+    debugger.start(model=model)
+    wr = PrecisionDebugger._rt().writer
+    wr.flush()
+    cpu: collections.Counter = collections.Counter()
+    count: collections.Counter = collections.Counter()
+
+    def timed(name, f):
+        def handler(ev):
+            t0 = time.thread_time_ns()
+            try:
+                return f(ev)
+            finally:
+                cpu[name] += time.thread_time_ns() - t0
+                count[name] += 1
+        return handler
+
+    plain = dict(wr._handlers)
+    for k, f in plain.items():
+        wr._handlers[k] = timed(k.__name__, f)
+    n = a.iters * 5
+    p0, t0 = time.process_time(), time.thread_time()
+    for _ in range(n):
+        body()
+    wr.flush()
+    p1, t1 = time.process_time(), time.thread_time()
+    wr._handlers.update(plain)
+    debugger.stop()
+
+    print(f"\n{a.level}, µs per iteration, medians of {a.rounds} rounds of {a.iters} iterations")
+    base = statistics.median(got["all"])
+    for way, ts in got.items():
+        med = statistics.median(ts)
+        print(f"  {way:<20}{med:>9.1f}{'' if way == 'all' else f'{base - med:>9.1f} less':>14}")
+    total = ((p1 - p0) - (t1 - t0)) / n * 1e6
+    print(f"the writer thread's CPU over {n} iterations of one step: {total:.1f} µs per iteration (the step's "
+          "documents, written at its end, included)")
+    for name in cpu:
+        print(f"  {name:<10}{count[name] / n:>8.2f} per iteration {cpu[name] / count[name] / 1e3:>10.2f} µs each "
+              f"{cpu[name] / n / 1e3:>8.1f} µs per iteration")
+    print(f"  {'the rest':<10}{'':>8} (its loop, the queue){'':>9}{total - sum(cpu.values()) / n / 1e3:>8.1f} µs per "
+          "iteration")
+
+
+if __name__ == "__main__":
+    main()
