@@ -14,13 +14,18 @@ shorter to journal and to write).
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from percall import tiny_model  # noqa: E402
+from writer_cpu import time_handlers  # noqa: E402
 
 
 def main() -> None:
@@ -30,25 +35,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     a = ap.parse_args()
 
-    import torch
-    from torch import nn
-
     from msprobe_inject import writer as W
     from msprobe_inject.pytorch import PrecisionDebugger, apis, encode
 
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x):
-            return torch.relu(self.fc(x)) * 0.5 + x
-
-    model = nn.Sequential(Block(), Block())
-    x = torch.randn(4, 4, requires_grad=True)
+    model, x = tiny_model()
     tmp = tempfile.mkdtemp(prefix="msprobe_call_parts_")
     with open(os.path.join(tmp, "config.json"), "w") as fh:
         json.dump({"task": "statistics", "dump_path": os.path.join(tmp, "dump"), "level": a.level}, fh)
@@ -94,31 +84,15 @@ def main() -> None:
     debugger.stop()  # a new step: its documents hold the timed iterations' records alone
     debugger.step()
     debugger.start(model=model)
-    wr = PrecisionDebugger._rt().writer
+    wr = debugger.runtime.writer
     wr.flush()
-    cpu: collections.Counter = collections.Counter()
-    count: collections.Counter = collections.Counter()
-
-    def timed(name, f):
-        def handler(ev):
-            t0 = time.thread_time_ns()
-            try:
-                return f(ev)
-            finally:
-                cpu[name] += time.thread_time_ns() - t0
-                count[name] += 1
-        return handler
-
-    plain = dict(wr._handlers)
-    for k, f in plain.items():
-        wr._handlers[k] = timed(k.__name__, f)
+    cpu, count = time_handlers(wr)
     n = a.iters * 5
     p0, t0 = time.process_time(), time.thread_time()
     for _ in range(n):
         body()
     wr.flush()
     p1, t1 = time.process_time(), time.thread_time()
-    wr._handlers.update(plain)
     debugger.stop()
 
     print(f"\n{a.level}, µs per iteration, medians of {a.rounds} rounds of {a.iters} iterations")
@@ -130,10 +104,9 @@ def main() -> None:
     print(f"the writer thread's CPU over {n} iterations of one step: {total:.1f} µs per iteration (the step's "
           "documents, written at its end, included)")
     for name in cpu:
-        print(f"  {name:<10}{count[name] / n:>8.2f} per iteration {cpu[name] / count[name] / 1e3:>10.2f} µs each "
-              f"{cpu[name] / n / 1e3:>8.1f} µs per iteration")
-    print(f"  {'the rest':<10}{'':>8} (its loop, the queue){'':>9}{total - sum(cpu.values()) / n / 1e3:>8.1f} µs per "
-          "iteration")
+        print(f"  {name:<16}{count[name] / n:>8.2f} per iteration {cpu[name] / count[name] * 1e6:>10.2f} µs each "
+              f"{cpu[name] / n * 1e6:>8.1f} µs per iteration")
+    print(f"  {'the rest (its loop, the queue)':<64}{total - sum(cpu.values()) / n * 1e6:>8.1f} µs per iteration")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,9 @@ def label(tool: str, level: str, mode: str) -> str:
     return tool if not level else f"{tool} {level} {mode}"
 
 
-def worker(tool: str, level: str, mode: str, iters: int, repeats: int, dump: str) -> None:
+def tiny_model() -> tuple:
+    """The loop's model and input: two blocks of ``Linear(4, 4)``, ``relu``, ``*`` and ``+`` on a 4x4 tensor, one
+    intra-op thread, the same in every process."""
     import torch
     from torch import nn
 
@@ -62,8 +64,11 @@ def worker(tool: str, level: str, mode: str, iters: int, repeats: int, dump: str
         def forward(self, x):
             return torch.relu(self.fc(x)) * 0.5 + x
 
-    model = nn.Sequential(Block(), Block())
-    x = torch.randn(4, 4, requires_grad=True)
+    return nn.Sequential(Block(), Block()), torch.randn(4, 4, requires_grad=True)
+
+
+def worker(tool: str, level: str, mode: str, iters: int, repeats: int, dump: str) -> None:
+    model, x = tiny_model()
     debugger = None
     if tool in ("ours", "msprobe"):
         if tool == "ours":

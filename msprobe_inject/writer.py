@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .dumpformat import files, journal, paths, stepsummary
 from .dumpformat.documents import StepRecords
-from .dumpformat.encoding import encode, encode_scan, join_members
+from .dumpformat.encoding import encode, encode_scan, join_members, records_into
 from .dumpformat.nonfinite import has_nonfinite
 from .entries import untrack
 from .flight import Flight
@@ -547,7 +547,15 @@ class DumpWriter:
                     self.log_error(f"statistics could not be read: {type(exc).__name__}: {exc}")
                 if failed:
                     self._log_unread(batch, failed)
-            for ev in batch:
+            i, n = 0, len(batch)
+            while i < n:
+                ev = batch[i]
+                if type(ev) is Record and records_into is not None:
+                    j = self._records_run(batch, i)
+                    if j > i:
+                        i = j
+                        continue
+                i += 1
                 try:
                     stop = handlers[type(ev)](ev)
                 except Exception as exc:  # never let the thread die
@@ -559,6 +567,22 @@ class DumpWriter:
                     return
             if self.flight is not None and self.flight.window is not None and self.flight.ring:
                 self._write_window()
+
+    def _records_run(self, batch: list, i: int) -> int:
+        """_on_record for the whole records from batch[i] on, in one C call (_jenc.records), where the step keeps
+        their text and nothing else is asked of them (no flight recorder, no overflow check); the index of the first
+        event left to its handler."""
+        st = self._live()
+        if st is None or st.light or self._overflow_left is not None or self.flight is not None:
+            return i
+        try:
+            j = records_into(batch, i, Record, st.records.bodies, st.suspect)
+        except Exception as exc:  # what it set before failing, the handler sets again
+            self.log_error(f"writer: {type(exc).__name__}: {exc}")
+            return i
+        if j > i:
+            st.records.dirty = True
+        return j
 
     def _log_unread(self, batch: list, failed: Dict[int, str]) -> None:
         """One error line per record whose statistics could not be read, naming it; one warning per reason."""

@@ -440,6 +440,107 @@ jenc_scan(PyObject *self, PyObject *o)
     return out;
 }
 
+/* an ASCII str's characters as they are (a record's text, which encode wrote); E_OTHER for any other object */
+static inline int
+b_ascii(B *b, PyObject *s)
+{
+    if (!PyUnicode_CheckExact(s) || PyUnicode_READY(s) < 0 || !PyUnicode_IS_ASCII(s)) {
+        PyErr_Clear();
+        return E_OTHER;
+    }
+    return b_put(b, (const char *)PyUnicode_DATA(s), PyUnicode_GET_LENGTH(s));
+}
+
+/* documents.StepRecords.main_bytes's "data" member, from ' "data": {' to the document's end, as bytes: each record on
+ * its own line, a whole body's text as is and a merged one's members joined as encoding.join_members joins them. None
+ * for anything else (a text that is not ASCII, a key that is not a str): the caller joins it in Python. At every
+ * stop() the writer assembles the step's whole dump.json while the training thread waits. */
+static PyObject *
+jdata(PyObject *self, PyObject *bodies)
+{
+    if (!PyDict_CheckExact(bodies)) {
+        PyErr_SetString(PyExc_TypeError, "data(bodies): a dict");
+        return NULL;
+    }
+    B b;
+    b.buf = b.small;
+    b.len = 0;
+    b.cap = sizeof b.small;
+    b.scan = b.suspect = 0;
+    int rc = b_put(&b, " \"data\": {", 10);
+    Py_ssize_t i = 0, n = 0;
+    PyObject *k, *v;
+    while (rc == 0 && PyDict_Next(bodies, &i, &k, &v)) {
+        if (!PyUnicode_CheckExact(k)) {
+            rc = E_OTHER;
+            break;
+        }
+        if ((n++ && (rc = b_put(&b, ",", 1)) < 0) || (rc = b_put(&b, "\n  ", 3)) < 0 || (rc = b_str(&b, k)) < 0 ||
+            (rc = b_put(&b, ": ", 2)) < 0)
+            break;
+        if (PyDict_CheckExact(v)) {
+            Py_ssize_t j = 0, m = 0;
+            PyObject *mk, *mv;
+            if ((rc = b_put(&b, "{", 1)) < 0)
+                break;
+            while (PyDict_Next(v, &j, &mk, &mv)) {
+                if (!PyUnicode_CheckExact(mk)) {
+                    rc = E_OTHER;
+                    break;
+                }
+                if ((m++ && (rc = b_put(&b, ", ", 2)) < 0) || (rc = b_str(&b, mk)) < 0 ||
+                    (rc = b_put(&b, ": ", 2)) < 0 || (rc = b_ascii(&b, mv)) < 0)
+                    break;
+            }
+            if (rc == 0)
+                rc = b_put(&b, "}", 1);
+        }
+        else
+            rc = b_ascii(&b, v);
+    }
+    if (rc == 0)
+        rc = n ? b_put(&b, "\n }\n}\n", 6) : b_put(&b, "}\n}\n", 4);
+    return b_result(&b, rc, 1);
+}
+
+/* The writer thread's handler of a run of whole records, in one call: records(batch, start, cls, bodies, suspect)
+ * takes the events batch[start:] while each is a cls (a named tuple (key, body, pending)) with pending None, sets
+ * bodies[key] to its body's text and adds key to suspect where that text may hold a non-finite statistic, as the
+ * Python handler does one event at a time; it returns the index of the first event it did not take (another kind,
+ * statistics still to be read, a body encode leaves to json). At L1 most of a step's events are such records, and
+ * the handler's Python around the encoding cost more than the encoding. */
+static PyObject *
+jrecords(PyObject *self, PyObject *args)
+{
+    PyObject *batch, *cls, *bodies, *suspect;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "O!nOO!O!", &PyList_Type, &batch, &start, &cls, &PyDict_Type, &bodies, &PySet_Type,
+                          &suspect))
+        return NULL;
+    Py_ssize_t k = start < 0 ? 0 : start;
+    for (; k < PyList_GET_SIZE(batch); k++) {
+        PyObject *ev = PyList_GET_ITEM(batch, k);
+        if ((PyObject *)Py_TYPE(ev) != cls || PyTuple_GET_SIZE(ev) != 3 || PyTuple_GET_ITEM(ev, 2) != Py_None)
+            break;
+        PyObject *key = PyTuple_GET_ITEM(ev, 0);
+        if (!PyUnicode_CheckExact(key))
+            break;
+        int flagged = 0;
+        PyObject *text = b_run(PyTuple_GET_ITEM(ev, 1), 0, &flagged);
+        if (text == NULL)
+            return NULL;
+        if (text == Py_None) {
+            Py_DECREF(text);
+            break;
+        }
+        int rc = PyDict_SetItem(bodies, key, text);
+        Py_DECREF(text);
+        if (rc < 0 || (flagged && PySet_Add(suspect, key) < 0))
+            return NULL;
+    }
+    return PyLong_FromSsize_t(k);
+}
+
 /* stepsummary.is_suspect for ASCII text (what encode returns): whether one of the four substrings occurs, with
  * glibc's memmem instead of four str.find passes. None for other text: the caller searches it. */
 static PyObject *
@@ -531,6 +632,12 @@ static PyMethodDef methods[] = {
     {"document", (PyCFunction)jdoc, METH_O,
      "document(obj) -> bytes or None: json.dumps(obj, indent=1) in ASCII for the same values as encode; None when "
      "json is to decide."},
+    {"data", (PyCFunction)jdata, METH_O,
+     "data(bodies) -> bytes or None: dump.json's \"data\" member to the document's end (see jdata); None when Python "
+     "is to join it."},
+    {"records", (PyCFunction)jrecords, METH_VARARGS,
+     "records(batch, start, cls, bodies, suspect) -> int: the writer's handler of the whole records batch[start:] "
+     "(see the module's comment); the index of the first event not taken."},
     {"encode_scan", (PyCFunction)jenc_scan, METH_O,
      "encode_scan(obj) -> (str, bool) or None: encode(obj) and whether stepsummary.is_suspect holds of it."},
     {"encode", (PyCFunction)jenc, METH_O,

@@ -12,7 +12,7 @@ import json
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import paths
-from .encoding import dumps_document, encode_key, join_members
+from .encoding import data_section, dumps_document, encode_key, join_members
 
 SET = "set"
 MERGE = "merge"
@@ -107,6 +107,9 @@ class StepRecords:
         parts = ["{\n"]
         for k, v in head.items():
             parts.append(f" {json.dumps(k)}: {json.dumps(v)},\n")
+        data = data_section(self.bodies) if data_section is not None else None
+        if data is not None:
+            return "".join(parts).encode("ascii", "backslashreplace") + data
         recs = [f"\n  {encode_key(k)}: {v if isinstance(v, str) else join_members(v)}"
                 for k, v in self.bodies.items()]
         parts.append(' "data": {' + ",".join(recs) + ("\n }\n}\n" if recs else "}\n}\n"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 encode_key: Callable[[str], str] = json.encoder.encode_basestring_ascii  # a quoted, escaped key
 
@@ -72,6 +72,25 @@ def _make_encode_scan() -> Callable[[Any], Tuple[str, bool]]:
 
 
 encode_scan: Callable[[Any], Tuple[str, bool]] = _make_encode_scan()
+
+
+def _make_records() -> Optional[Callable[..., int]]:
+    """_jenc.records (the writer's handler of a run of whole records, see _jenc.c) where the C encoder is the one
+    encode uses, else None."""
+    try:
+        from ._jenc import encode as c_one
+        from ._jenc import records
+    except ImportError:
+        return None
+    return records if encode.__defaults__ and encode.__defaults__[0] is c_one else None
+
+
+records_into: Optional[Callable[..., int]] = _make_records()
+
+try:  # dump.json's "data" member from the records' texts in one C call (_jenc.data); None: joined in Python
+    from ._jenc import data as data_section
+except ImportError:  # without a C compiler
+    data_section = None
 
 
 def encode_members(members: Dict[str, Any]) -> Dict[str, str]:

@@ -407,6 +407,11 @@ for name in ("_on_record", "_on_merge"):
         sent.append(ev)
         return _real(self, ev)
     setattr(writer.DumpWriter, name, handler)
+def run(self, batch, i, _real=writer.DumpWriter._records_run):  # a run of whole records, in one C call
+    j = _real(self, batch, i)
+    sent.extend(batch[i:j])
+    return j
+writer.DumpWriter._records_run = run
 debugger = PrecisionDebugger(dump_path="d", level=sys.argv[1])
 m = Net()
 mb = Net().to(torch.bfloat16)
@@ -427,3 +432,72 @@ print(json.dumps({"events": len(sent), "bodies": sum(gc.is_tracked(ev[1]) for ev
     bf16 = [e for e in leaves(d["data"]) if e["dtype"] == "torch.bfloat16"]
     assert bf16 and all(isinstance(e["Max"], float) and isinstance(e["Norm"], float) for e in bf16)
 
+
+def _records_written(tmp_path, events):
+    from msprobe_inject.dumpformat import paths
+    from msprobe_inject.writer import DumpWriter
+
+    d = str(tmp_path / "d" / "step0" / "rank0")
+    w = DumpWriter(lambda pending: None, lambda t, p: None)
+    w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+    for ev in events:
+        w.send(ev)
+    w.close()
+    with open(os.path.join(d, paths.DUMP_JSON), "rb") as fh:
+        text = fh.read()
+    with open(os.path.join(d, paths.STEP_SUMMARY)) as fh:
+        summary = json.load(fh)
+    summary.pop("mtime_ns", None)
+    return text, json.dumps(summary, sort_keys=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_run_of_whole_records_is_written_as_one_at_a_time(tmp_path, monkeypatch, seed):
+    """The writer hands runs of whole records to one C call (_jenc.records): the same dump.json, byte for byte, and
+    the same step summary (its first NaN record) as its handler taking them one at a time, with records sent again
+    (they keep their place), merges, statistics still to be read and bodies the C encoder leaves to json between
+    them."""
+    import math
+    import random
+
+    from msprobe_inject import writer
+    from msprobe_inject.writer import Merge, Record
+
+    class Half(float):  # a float subclass: the C encoder leaves the body to json
+        pass
+
+    rng = random.Random(seed)
+
+    def entry():
+        v = rng.choice([0.5, -1.25, 3.0, math.nan, math.inf, 1e-7] + [rng.uniform(-9, 9)] * 20)
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 4], "Max": v, "Min": -1.0,
+                "Mean": 0.25, "Norm": 2.0, "requires_grad": False}
+
+    events = []
+    for i in range(700):
+        key = f"Functional.relu.{rng.randint(0, 400)}.forward"
+        pick = rng.random()
+        if pick < 0.05:
+            events.append(Merge(f"Module.m.{i}.forward", {"output": [entry()]}, None, rng.random() < 0.5))
+        elif pick < 0.08:
+            events.append(Record(key, {"input_args": [entry()]}, [(object(), "unread")]))
+        elif pick < 0.1:
+            events.append(Record(key, {"input_args": [Half(0.5)]}, None))
+        else:
+            events.append(Record(key, {"input_args": [entry()], "output": [entry()]}, None))
+    calls = []
+    real = writer.records_into
+    assert real is not None
+
+    def counted(*a):
+        calls.append(a[1])
+        return real(*a)
+
+    monkeypatch.setattr(writer, "records_into", counted)
+    fast = _records_written(tmp_path / "fast", events)
+    assert calls  # the runs went through the C call
+    monkeypatch.setattr(writer, "records_into", None)
+    slow = _records_written(tmp_path / "slow", events)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert json.loads(fast[0])["data"] and json.loads(fast[1])["first_nan"]  # records written, a NaN among them
