@@ -35,9 +35,8 @@ SMALL = 4096  # elements: the statistics' small-tensor path, and calls that stay
 
 def time_handlers(w) -> tuple:
     """(cpu, count): from now on, the writer thread's CPU time (seconds) and number of events by event kind (and
-    the statistics resolver's, as "statistics read"), its handlers timed on its own clock; a run of whole records
-    handled in one call counts as Record events (the attempt that takes none is counted too: it is the handler's
-    work as well)."""
+    the statistics resolver's, as "statistics read"), its handlers timed on its own clock; the runs of whole records,
+    stacks and places the writer hands to one C call, as "runs in one call" (the events taken)."""
     cpu: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
 
@@ -54,18 +53,18 @@ def time_handlers(w) -> tuple:
     for t, handler in list(w._handlers.items()):
         w._handlers[t] = timed(handler, t.__name__)
     w._resolver = timed(w._resolver, "statistics read")
-    real_run = getattr(w, "_records_run", None)
-    if real_run is not None:  # runs of whole records go to one C call, not to the Record handler
+    real_run = getattr(w, "_events_run", None)
+    if real_run is not None:  # runs of records, stacks and places go to one C call, not to their handlers
         def run(batch, i):
             t0 = time.thread_time()
             try:
                 j = real_run(batch, i)
             finally:
-                cpu["Record"] += time.thread_time() - t0
-            count["Record"] += j - i
+                cpu["runs in one call"] += time.thread_time() - t0
+            count["runs in one call"] += j - i
             return j
 
-        w._records_run = run
+        w._events_run = run
     return cpu, count
 
 

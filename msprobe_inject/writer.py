@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .dumpformat import files, journal, paths, stepsummary
 from .dumpformat.documents import StepRecords
-from .dumpformat.encoding import encode, encode_scan, join_members, records_into
+from .dumpformat.encoding import encode, encode_scan, events_into, join_members
 from .dumpformat.nonfinite import has_nonfinite
 from .entries import untrack
 from .flight import Flight
@@ -122,6 +122,7 @@ class Trigger(NamedTuple):
 
 
 _RECORDS = (Record, Merge)
+_IN_RUNS = (Record, Stack, Construct)  # what DumpWriter._events_run takes
 _next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 
@@ -550,8 +551,8 @@ class DumpWriter:
             i, n = 0, len(batch)
             while i < n:
                 ev = batch[i]
-                if type(ev) is Record and records_into is not None:
-                    j = self._records_run(batch, i)
+                if type(ev) in _IN_RUNS and events_into is not None:
+                    j = self._events_run(batch, i)
                     if j > i:
                         i = j
                         continue
@@ -568,16 +569,16 @@ class DumpWriter:
             if self.flight is not None and self.flight.window is not None and self.flight.ring:
                 self._write_window()
 
-    def _records_run(self, batch: list, i: int) -> int:
-        """_on_record for the whole records from batch[i] on, in one C call (_jenc.records), where the step keeps
-        their text and nothing else is asked of them (no flight recorder, no overflow check); the index of the first
-        event left to its handler."""
+    def _events_run(self, batch: list, i: int) -> int:
+        """The handlers of the whole records, stacks and places from batch[i] on, in one C call (_jenc.events), where
+        the step keeps their text and nothing else is asked of them (no flight recorder, no overflow check); the index
+        of the first event left to its handler."""
         st = self._live()
         if st is None or st.light or self._overflow_left is not None or self.flight is not None:
             return i
         try:
-            j = records_into(batch, i, Record, st.records.bodies, st.suspect)
-        except Exception as exc:  # what it set before failing, the handler sets again
+            j = events_into(batch, i, (Record, Stack, Construct, st.suspect), st.records)
+        except Exception as exc:  # raised before it took any event (an event that fails is left to its handler)
             self.log_error(f"writer: {type(exc).__name__}: {exc}")
             return i
         if j > i:

@@ -503,40 +503,128 @@ jdata(PyObject *self, PyObject *bodies)
     return b_result(&b, rc, 1);
 }
 
-/* The writer thread's handler of a run of whole records, in one call: records(batch, start, cls, bodies, suspect)
- * takes the events batch[start:] while each is a cls (a named tuple (key, body, pending)) with pending None, sets
- * bodies[key] to its body's text and adds key to suspect where that text may hold a non-finite statistic, as the
- * Python handler does one event at a time; it returns the index of the first event it did not take (another kind,
- * statistics still to be read, a body encode leaves to json). At L1 most of a step's events are such records, and
- * the handler's Python around the encoding cost more than the encoding. */
+/* The writer thread's handlers of a run of events, in one call: events(batch, start, kinds, records) takes the events
+ * batch[start:] while each is one it can take, and does to the step's documents (records, a
+ * documents.StepRecords) what the writer's handlers do one event at a time:
+ * - a whole record (kinds[0], a named tuple (key, body, pending)) with pending None: records.bodies[key] is set to its
+ *   body's text, and key added to the writer's suspect set (kinds[3]) where that text may hold a non-finite statistic;
+ * - a stack (kinds[1], (key, text)): StepRecords.add_stack;
+ * - a module tree place (kinds[2], (key, parent)): StepRecords.add_construct.
+ * It returns the index of the first event it did not take (another kind, statistics still to be read, a body encode
+ * leaves to json, one whose handling failed: its handler does it again and logs the failure); what it did for the
+ * events before that one stands. A recorded API call sends its stack and its record, at mix its place too: the Python around each
+ * handler cost more than what the handler does. */
+static PyObject *S_bodies, *S_stacks, *S_stack_pos, *S_stack_order, *S_construct;
+
 static PyObject *
-jrecords(PyObject *self, PyObject *args)
+jevents(PyObject *self, PyObject *args)
 {
-    PyObject *batch, *cls, *bodies, *suspect;
+    PyObject *batch, *rcls, *scls, *ccls, *suspect, *records;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "O!nOO!O!", &PyList_Type, &batch, &start, &cls, &PyDict_Type, &bodies, &PySet_Type,
-                          &suspect))
+    if (!PyArg_ParseTuple(args, "O!n(OOOO!)O", &PyList_Type, &batch, &start, &rcls, &scls, &ccls, &PySet_Type,
+                          &suspect, &records))
         return NULL;
+    PyObject *bodies = PyObject_GetAttr(records, S_bodies), *stacks = PyObject_GetAttr(records, S_stacks),
+             *pos_of = PyObject_GetAttr(records, S_stack_pos), *order = PyObject_GetAttr(records, S_stack_order),
+             *construct = PyObject_GetAttr(records, S_construct);
     Py_ssize_t k = start < 0 ? 0 : start;
+    int failed = 0;
+    if (bodies == NULL || stacks == NULL || pos_of == NULL || order == NULL || construct == NULL) {
+        failed = 1;
+        goto done;
+    }
+    if (!PyDict_CheckExact(bodies) || !PyDict_CheckExact(stacks) || !PyDict_CheckExact(pos_of) ||
+        !PyList_CheckExact(order) || !PyDict_CheckExact(construct))
+        goto done; /* not the documents' own containers: the handlers take every event */
     for (; k < PyList_GET_SIZE(batch); k++) {
-        PyObject *ev = PyList_GET_ITEM(batch, k);
-        if ((PyObject *)Py_TYPE(ev) != cls || PyTuple_GET_SIZE(ev) != 3 || PyTuple_GET_ITEM(ev, 2) != Py_None)
-            break;
-        PyObject *key = PyTuple_GET_ITEM(ev, 0);
-        if (!PyUnicode_CheckExact(key))
-            break;
-        int flagged = 0;
-        PyObject *text = b_run(PyTuple_GET_ITEM(ev, 1), 0, &flagged);
-        if (text == NULL)
-            return NULL;
-        if (text == Py_None) {
+        PyObject *ev = PyList_GET_ITEM(batch, k), *t = (PyObject *)Py_TYPE(ev);
+        if (t == rcls) {
+            if (PyTuple_GET_SIZE(ev) != 3 || PyTuple_GET_ITEM(ev, 2) != Py_None)
+                break;
+            PyObject *key = PyTuple_GET_ITEM(ev, 0);
+            if (!PyUnicode_CheckExact(key))
+                break;
+            int flagged = 0;
+            PyObject *text = b_run(PyTuple_GET_ITEM(ev, 1), 0, &flagged);
+            if (text == NULL) {
+                PyErr_Clear(); /* this event is its handler's: it logs what fails */
+                break;
+            }
+            if (text == Py_None) {
+                Py_DECREF(text);
+                break;
+            }
+            int rc = PyDict_SetItem(bodies, key, text);
             Py_DECREF(text);
-            break;
+            if (rc < 0 || (flagged && PySet_Add(suspect, key) < 0)) {
+                PyErr_Clear(); /* this event is its handler's: it logs what fails */
+                break;
+            }
         }
-        int rc = PyDict_SetItem(bodies, key, text);
-        Py_DECREF(text);
-        if (rc < 0 || (flagged && PySet_Add(suspect, key) < 0))
-            return NULL;
+        else if (t == scls) { /* add_stack: text -> its keys, in order of first use; its position */
+            if (PyTuple_GET_SIZE(ev) != 2)
+                break;
+            PyObject *key = PyTuple_GET_ITEM(ev, 0), *text = PyTuple_GET_ITEM(ev, 1);
+            PyObject *known = PyDict_GetItemWithError(pos_of, text);
+            if (known == NULL && PyErr_Occurred()) {
+                PyErr_Clear();
+                break;
+            }
+            if (known != NULL) {
+                PyObject *keys = PyDict_GetItemWithError(stacks, text);
+                if (keys == NULL || !PyList_CheckExact(keys)) {
+                    PyErr_Clear();
+                    break;
+                }
+                if (PyList_Append(keys, key) < 0) {
+                    PyErr_Clear();
+                    break;
+                }
+                continue;
+            }
+            PyObject *pos = PyLong_FromSsize_t(PyList_GET_SIZE(order)), *keys = PyList_New(1);
+            if (pos == NULL || keys == NULL) {
+                Py_XDECREF(pos);
+                Py_XDECREF(keys);
+                PyErr_Clear(); /* this event is its handler's: it logs what fails */
+                break;
+            }
+            Py_INCREF(key);
+            PyList_SET_ITEM(keys, 0, key);
+            int rc = PyDict_SetItem(pos_of, text, pos);
+            if (rc == 0 && (rc = PyList_Append(order, text)) < 0)
+                PyDict_DelItem(pos_of, text);
+            if (rc == 0 && (rc = PyDict_SetItem(stacks, text, keys)) < 0) {
+                PyDict_DelItem(pos_of, text);
+                PySequence_DelItem(order, PyList_GET_SIZE(order) - 1);
+            }
+            Py_DECREF(pos);
+            Py_DECREF(keys);
+            if (rc < 0) {
+                PyErr_Clear(); /* this event is its handler's: it logs what fails */
+                break;
+            }
+        }
+        else if (t == ccls) {
+            if (PyTuple_GET_SIZE(ev) != 2 || PyDict_SetItem(construct, PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1))
+                                                 < 0) {
+                PyErr_Clear();
+                break;
+            }
+        }
+        else
+            break;
+    }
+done:
+    Py_XDECREF(bodies);
+    Py_XDECREF(stacks);
+    Py_XDECREF(pos_of);
+    Py_XDECREF(order);
+    Py_XDECREF(construct);
+    if (failed) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return NULL;
     }
     return PyLong_FromSsize_t(k);
 }
@@ -635,9 +723,9 @@ static PyMethodDef methods[] = {
     {"data", (PyCFunction)jdata, METH_O,
      "data(bodies) -> bytes or None: dump.json's \"data\" member to the document's end (see jdata); None when Python "
      "is to join it."},
-    {"records", (PyCFunction)jrecords, METH_VARARGS,
-     "records(batch, start, cls, bodies, suspect) -> int: the writer's handler of the whole records batch[start:] "
-     "(see the module's comment); the index of the first event not taken."},
+    {"events", (PyCFunction)jevents, METH_VARARGS,
+     "events(batch, start, (Record, Stack, Construct, suspect), step_records) -> int: the writer's handlers of the "
+     "events batch[start:] (see jevents); the index of the first event not taken."},
     {"encode_scan", (PyCFunction)jenc_scan, METH_O,
      "encode_scan(obj) -> (str, bool) or None: encode(obj) and whether stepsummary.is_suspect holds of it."},
     {"encode", (PyCFunction)jenc, METH_O,
@@ -651,6 +739,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jenc", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__jenc(void)
 {
+    if ((S_bodies = PyUnicode_InternFromString("bodies")) == NULL ||
+        (S_stacks = PyUnicode_InternFromString("stacks")) == NULL ||
+        (S_stack_pos = PyUnicode_InternFromString("stack_pos")) == NULL ||
+        (S_stack_order = PyUnicode_InternFromString("stack_order")) == NULL ||
+        (S_construct = PyUnicode_InternFromString("construct")) == NULL)
+        return NULL;
     static const char *const names[] = {"Max", "Min", "Mean", "Norm"};
     for (int i = 0; i < 4; i++)
         if ((STAT_KEYS[i] = PyUnicode_InternFromString(names[i])) == NULL)

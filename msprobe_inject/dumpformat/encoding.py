@@ -74,18 +74,18 @@ def _make_encode_scan() -> Callable[[Any], Tuple[str, bool]]:
 encode_scan: Callable[[Any], Tuple[str, bool]] = _make_encode_scan()
 
 
-def _make_records() -> Optional[Callable[..., int]]:
-    """_jenc.records (the writer's handler of a run of whole records, see _jenc.c) where the C encoder is the one
-    encode uses, else None."""
+def _make_events() -> Optional[Callable[..., int]]:
+    """_jenc.events (the writer's handlers of a run of whole records, stacks and module tree places, see _jenc.c)
+    where the C encoder is the one encode uses, else None."""
     try:
         from ._jenc import encode as c_one
-        from ._jenc import records
+        from ._jenc import events
     except ImportError:
         return None
-    return records if encode.__defaults__ and encode.__defaults__[0] is c_one else None
+    return events if encode.__defaults__ and encode.__defaults__[0] is c_one else None
 
 
-records_into: Optional[Callable[..., int]] = _make_records()
+events_into: Optional[Callable[..., int]] = _make_events()
 
 try:  # dump.json's "data" member from the records' texts in one C call (_jenc.data); None: joined in Python
     from ._jenc import data as data_section

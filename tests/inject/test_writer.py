@@ -407,11 +407,11 @@ for name in ("_on_record", "_on_merge"):
         sent.append(ev)
         return _real(self, ev)
     setattr(writer.DumpWriter, name, handler)
-def run(self, batch, i, _real=writer.DumpWriter._records_run):  # a run of whole records, in one C call
+def run(self, batch, i, _real=writer.DumpWriter._events_run):  # a run of records (and stacks), in one C call
     j = _real(self, batch, i)
-    sent.extend(batch[i:j])
+    sent.extend(ev for ev in batch[i:j] if type(ev) is writer.Record)
     return j
-writer.DumpWriter._records_run = run
+writer.DumpWriter._events_run = run
 debugger = PrecisionDebugger(dump_path="d", level=sys.argv[1])
 m = Net()
 mb = Net().to(torch.bfloat16)
@@ -433,40 +433,44 @@ print(json.dumps({"events": len(sent), "bodies": sum(gc.is_tracked(ev[1]) for ev
     assert bf16 and all(isinstance(e["Max"], float) and isinstance(e["Norm"], float) for e in bf16)
 
 
-def _records_written(tmp_path, events):
+def _documents_written(tmp_path, events):
     from msprobe_inject.dumpformat import paths
     from msprobe_inject.writer import DumpWriter
 
     d = str(tmp_path / "d" / "step0" / "rank0")
     w = DumpWriter(lambda pending: None, lambda t, p: None)
-    w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+    w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
     for ev in events:
         w.send(ev)
     w.close()
-    with open(os.path.join(d, paths.DUMP_JSON), "rb") as fh:
-        text = fh.read()
+    got = {}
+    for name in (paths.DUMP_JSON, paths.STACK_JSON, paths.CONSTRUCT_JSON):
+        with open(os.path.join(d, name), "rb") as fh:
+            got[name] = fh.read()
     with open(os.path.join(d, paths.STEP_SUMMARY)) as fh:
         summary = json.load(fh)
     summary.pop("mtime_ns", None)
-    return text, json.dumps(summary, sort_keys=True)
+    got["summary"] = json.dumps(summary, sort_keys=True)
+    return got
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_a_run_of_whole_records_is_written_as_one_at_a_time(tmp_path, monkeypatch, seed):
-    """The writer hands runs of whole records to one C call (_jenc.records): the same dump.json, byte for byte, and
-    the same step summary (its first NaN record) as its handler taking them one at a time, with records sent again
-    (they keep their place), merges, statistics still to be read and bodies the C encoder leaves to json between
-    them."""
+def test_a_run_of_records_stacks_and_places_is_written_as_one_at_a_time(tmp_path, monkeypatch, seed):
+    """The writer hands runs of whole records, stacks and module tree places to one C call (_jenc.events): the same
+    dump.json, stack.json and construct.json, byte for byte, and the same step summary (its first NaN record) as its
+    handlers taking them one at a time, with records sent again (they keep their place), stacks seen before, merges,
+    statistics still to be read and bodies the C encoder leaves to json between them."""
     import math
     import random
 
     from msprobe_inject import writer
-    from msprobe_inject.writer import Merge, Record
+    from msprobe_inject.writer import Construct, Merge, Record, Stack
 
     class Half(float):  # a float subclass: the C encoder leaves the body to json
         pass
 
     rng = random.Random(seed)
+    texts = [tuple(f'File "train.py", line {n}, in f,\n  y = g(x)' for n in range(k)) for k in range(1, 6)]
 
     def entry():
         v = rng.choice([0.5, -1.25, 3.0, math.nan, math.inf, 1e-7] + [rng.uniform(-9, 9)] * 20)
@@ -474,7 +478,7 @@ def test_a_run_of_whole_records_is_written_as_one_at_a_time(tmp_path, monkeypatc
                 "Mean": 0.25, "Norm": 2.0, "requires_grad": False}
 
     events = []
-    for i in range(700):
+    for i in range(900):
         key = f"Functional.relu.{rng.randint(0, 400)}.forward"
         pick = rng.random()
         if pick < 0.05:
@@ -483,21 +487,26 @@ def test_a_run_of_whole_records_is_written_as_one_at_a_time(tmp_path, monkeypatc
             events.append(Record(key, {"input_args": [entry()]}, [(object(), "unread")]))
         elif pick < 0.1:
             events.append(Record(key, {"input_args": [Half(0.5)]}, None))
+        elif pick < 0.35:
+            events.append(Stack(key, rng.choice(texts)))
+        elif pick < 0.5:
+            events.append(Construct(key, rng.choice([None, "Module.m.1.forward", f"Module.m.{i}.forward"])))
         else:
             events.append(Record(key, {"input_args": [entry()], "output": [entry()]}, None))
-    calls = []
-    real = writer.records_into
+    taken = []
+    real = writer.events_into
     assert real is not None
 
-    def counted(*a):
-        calls.append(a[1])
-        return real(*a)
+    def counted(batch, i, *a):
+        j = real(batch, i, *a)
+        taken.extend(batch[i:j])
+        return j
 
-    monkeypatch.setattr(writer, "records_into", counted)
-    fast = _records_written(tmp_path / "fast", events)
-    assert calls  # the runs went through the C call
-    monkeypatch.setattr(writer, "records_into", None)
-    slow = _records_written(tmp_path / "slow", events)
-    assert fast[0] == slow[0]
-    assert fast[1] == slow[1]
-    assert json.loads(fast[0])["data"] and json.loads(fast[1])["first_nan"]  # records written, a NaN among them
+    monkeypatch.setattr(writer, "events_into", counted)
+    fast = _documents_written(tmp_path / "fast", events)
+    assert {type(ev) for ev in taken} == {Record, Stack, Construct}  # each kind went through the C call
+    monkeypatch.setattr(writer, "events_into", None)
+    slow = _documents_written(tmp_path / "slow", events)
+    assert fast == slow
+    assert json.loads(fast["dump.json"])["data"] and json.loads(fast["summary"])["first_nan"]
+    assert json.loads(fast["stack.json"]) and json.loads(fast["construct.json"])
