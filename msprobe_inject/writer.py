@@ -122,7 +122,7 @@ class Trigger(NamedTuple):
 
 
 _RECORDS = (Record, Merge)
-_IN_RUNS = (Record, Stack, Construct)  # what DumpWriter._events_run takes
+_IN_RUNS = (Record, Merge, Stack, Construct)  # what DumpWriter._events_run takes
 _next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 
@@ -570,14 +570,14 @@ class DumpWriter:
                 self._write_window()
 
     def _events_run(self, batch: list, i: int) -> int:
-        """The handlers of the whole records, stacks and places from batch[i] on, in one C call (_jenc.events), where
+        """The handlers of the records, members, stacks and places from batch[i] on, in one C call (_jenc.events), where
         the step keeps their text and nothing else is asked of them (no flight recorder, no overflow check); the index
         of the first event left to its handler."""
         st = self._live()
         if st is None or st.light or self._overflow_left is not None or self.flight is not None:
             return i
         try:
-            j = events_into(batch, i, (Record, Stack, Construct, st.suspect), st.records)
+            j = events_into(batch, i, (Record, Merge, Stack, Construct, st.suspect), st.records)
         except Exception as exc:  # raised before it took any event (an event that fails is left to its handler)
             self.log_error(f"writer: {type(exc).__name__}: {exc}")
             return i

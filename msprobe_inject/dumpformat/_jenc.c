@@ -507,22 +507,77 @@ jdata(PyObject *self, PyObject *bodies)
  * batch[start:] while each is one it can take, and does to the step's documents (records, a
  * documents.StepRecords) what the writer's handlers do one event at a time:
  * - a whole record (kinds[0], a named tuple (key, body, pending)) with pending None: records.bodies[key] is set to its
- *   body's text, and key added to the writer's suspect set (kinds[3]) where that text may hold a non-finite statistic;
- * - a stack (kinds[1], (key, text)): StepRecords.add_stack;
- * - a module tree place (kinds[2], (key, parent)): StepRecords.add_construct.
+ *   body's text, and key added to the writer's suspect set (kinds[4]) where that text may hold a non-finite statistic;
+ * - members of a record (kinds[1], (key, members, pending, move)) with pending None: StepRecords.merge of the members'
+ *   texts, and key added to the suspect set as above;
+ * - a stack (kinds[2], (key, text)): StepRecords.add_stack;
+ * - a module tree place (kinds[3], (key, parent)): StepRecords.add_construct.
  * It returns the index of the first event it did not take (another kind, statistics still to be read, a body encode
  * leaves to json, one whose handling failed: its handler does it again and logs the failure); what it did for the
  * events before that one stands. A recorded API call sends its stack and its record, at mix its place too: the Python around each
  * handler cost more than what the handler does. */
 static PyObject *S_bodies, *S_stacks, *S_stack_pos, *S_stack_order, *S_construct;
 
+/* StepRecords.merge of a Merge event (key, members, pending, move) whose members are each encoded here: 1 done, 0 left
+ * to the handler (a member's key that is not a str, a value encode leaves to json, a record held as one text), -1 on
+ * an error (nothing changed). */
+static int
+merge_one(PyObject *ev, PyObject *bodies, PyObject *suspect)
+{
+    PyObject *key = PyTuple_GET_ITEM(ev, 0), *members = PyTuple_GET_ITEM(ev, 1);
+    int move = PyObject_IsTrue(PyTuple_GET_ITEM(ev, 3));
+    if (!PyUnicode_CheckExact(key) || !PyDict_CheckExact(members) || move < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *cur = PyDict_GetItemWithError(bodies, key);
+    if (cur == NULL && PyErr_Occurred())
+        return -1;
+    if (cur != NULL && !PyDict_CheckExact(cur))
+        return 0;
+    PyObject *merged = cur != NULL ? PyDict_Copy(cur) : PyDict_New();
+    if (merged == NULL)
+        return -1;
+    Py_ssize_t i = 0;
+    PyObject *k, *v;
+    int flagged = 0;
+    while (PyDict_Next(members, &i, &k, &v)) {
+        if (!PyUnicode_CheckExact(k)) {
+            Py_DECREF(merged);
+            return 0;
+        }
+        PyObject *text = b_run(v, 0, &flagged);
+        if (text == NULL || text == Py_None) {
+            Py_XDECREF(text);
+            Py_DECREF(merged);
+            return text == NULL ? -1 : 0;
+        }
+        int rc = PyDict_SetItem(merged, k, text);
+        Py_DECREF(text);
+        if (rc < 0) {
+            Py_DECREF(merged);
+            return -1;
+        }
+    }
+    /* as the handler: a moved record goes to the end of the step (where its call completed) */
+    int rc = 0;
+    if (move && cur != NULL)
+        rc = PyDict_DelItem(bodies, key);
+    if (rc == 0)
+        rc = PyDict_SetItem(bodies, key, merged);
+    Py_DECREF(merged);
+    if (rc == 0 && flagged)
+        rc = PySet_Add(suspect, key);
+    return rc < 0 ? -1 : 1;
+}
+
 static PyObject *
 jevents(PyObject *self, PyObject *args)
 {
-    PyObject *batch, *rcls, *scls, *ccls, *suspect, *records;
+    PyObject *batch, *rcls, *mcls, *scls, *ccls, *suspect, *records;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "O!n(OOOO!)O", &PyList_Type, &batch, &start, &rcls, &scls, &ccls, &PySet_Type,
-                          &suspect, &records))
+    if (!PyArg_ParseTuple(args, "O!n(OOOOO!)O", &PyList_Type, &batch, &start, &rcls, &mcls, &scls, &ccls,
+                          &PySet_Type, &suspect, &records))
         return NULL;
     PyObject *bodies = PyObject_GetAttr(records, S_bodies), *stacks = PyObject_GetAttr(records, S_stacks),
              *pos_of = PyObject_GetAttr(records, S_stack_pos), *order = PyObject_GetAttr(records, S_stack_order),
@@ -560,6 +615,15 @@ jevents(PyObject *self, PyObject *args)
                 PyErr_Clear(); /* this event is its handler's: it logs what fails */
                 break;
             }
+        }
+        else if (t == mcls) {
+            if (PyTuple_GET_SIZE(ev) != 4 || PyTuple_GET_ITEM(ev, 2) != Py_None)
+                break;
+            int r = merge_one(ev, bodies, suspect);
+            if (r < 0)
+                PyErr_Clear(); /* this event is its handler's: it logs what fails */
+            if (r <= 0)
+                break;
         }
         else if (t == scls) { /* add_stack: text -> its keys, in order of first use; its position */
             if (PyTuple_GET_SIZE(ev) != 2)
@@ -724,7 +788,7 @@ static PyMethodDef methods[] = {
      "data(bodies) -> bytes or None: dump.json's \"data\" member to the document's end (see jdata); None when Python "
      "is to join it."},
     {"events", (PyCFunction)jevents, METH_VARARGS,
-     "events(batch, start, (Record, Stack, Construct, suspect), step_records) -> int: the writer's handlers of the "
+     "events(batch, start, (Record, Merge, Stack, Construct, suspect), step_records) -> int: the writer's handlers of the "
      "events batch[start:] (see jevents); the index of the first event not taken."},
     {"encode_scan", (PyCFunction)jenc_scan, METH_O,
      "encode_scan(obj) -> (str, bool) or None: encode(obj) and whether stepsummary.is_suspect holds of it."},

@@ -75,8 +75,8 @@ encode_scan: Callable[[Any], Tuple[str, bool]] = _make_encode_scan()
 
 
 def _make_events() -> Optional[Callable[..., int]]:
-    """_jenc.events (the writer's handlers of a run of whole records, stacks and module tree places, see _jenc.c)
-    where the C encoder is the one encode uses, else None."""
+    """_jenc.events (the writer's handlers of a run of records, their members, stacks and module tree places, see
+    _jenc.c) where the C encoder is the one encode uses, else None."""
     try:
         from ._jenc import encode as c_one
         from ._jenc import events

@@ -407,9 +407,9 @@ for name in ("_on_record", "_on_merge"):
         sent.append(ev)
         return _real(self, ev)
     setattr(writer.DumpWriter, name, handler)
-def run(self, batch, i, _real=writer.DumpWriter._events_run):  # a run of records (and stacks), in one C call
+def run(self, batch, i, _real=writer.DumpWriter._events_run):  # a run of records (stacks, places), one C call
     j = _real(self, batch, i)
-    sent.extend(ev for ev in batch[i:j] if type(ev) is writer.Record)
+    sent.extend(ev for ev in batch[i:j] if type(ev) in (writer.Record, writer.Merge))
     return j
 writer.DumpWriter._events_run = run
 debugger = PrecisionDebugger(dump_path="d", level=sys.argv[1])
@@ -456,10 +456,11 @@ def _documents_written(tmp_path, events):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_run_of_records_stacks_and_places_is_written_as_one_at_a_time(tmp_path, monkeypatch, seed):
-    """The writer hands runs of whole records, stacks and module tree places to one C call (_jenc.events): the same
-    dump.json, stack.json and construct.json, byte for byte, and the same step summary (its first NaN record) as its
-    handlers taking them one at a time, with records sent again (they keep their place), stacks seen before, merges,
-    statistics still to be read and bodies the C encoder leaves to json between them."""
+    """The writer hands runs of records, their members, stacks and module tree places to one C call (_jenc.events): the
+    same dump.json, stack.json and construct.json, byte for byte, and the same step summary (its first NaN record) as
+    its handlers taking them one at a time, with records sent again (they keep their place), members merged into a
+    record or moving it to the end, stacks seen before, statistics still to be read and values the C encoder leaves
+    to json between them."""
     import math
     import random
 
@@ -481,11 +482,15 @@ def test_a_run_of_records_stacks_and_places_is_written_as_one_at_a_time(tmp_path
     for i in range(900):
         key = f"Functional.relu.{rng.randint(0, 400)}.forward"
         pick = rng.random()
-        if pick < 0.05:
-            events.append(Merge(f"Module.m.{i}.forward", {"output": [entry()]}, None, rng.random() < 0.5))
-        elif pick < 0.08:
+        if pick < 0.1:  # members of a record new or seen before, or of one a whole record holds
+            mkey = rng.choice([f"Module.m.{rng.randint(0, 30)}.forward", key])
+            events.append(Merge(mkey, {rng.choice(["input_args", "output", "wé"]): [entry()]},
+                                rng.choice([None, None, None, [(object(), "unread")]]), rng.random() < 0.5))
+        elif pick < 0.12:
+            events.append(Merge(key, {"output": [Half(1.5)]}, None, False))
+        elif pick < 0.15:
             events.append(Record(key, {"input_args": [entry()]}, [(object(), "unread")]))
-        elif pick < 0.1:
+        elif pick < 0.17:
             events.append(Record(key, {"input_args": [Half(0.5)]}, None))
         elif pick < 0.35:
             events.append(Stack(key, rng.choice(texts)))
@@ -504,9 +509,31 @@ def test_a_run_of_records_stacks_and_places_is_written_as_one_at_a_time(tmp_path
 
     monkeypatch.setattr(writer, "events_into", counted)
     fast = _documents_written(tmp_path / "fast", events)
-    assert {type(ev) for ev in taken} == {Record, Stack, Construct}  # each kind went through the C call
+    assert {type(ev) for ev in taken} == {Record, Merge, Stack, Construct}  # each kind went through the C call
     monkeypatch.setattr(writer, "events_into", None)
     slow = _documents_written(tmp_path / "slow", events)
     assert fast == slow
     assert json.loads(fast["dump.json"])["data"] and json.loads(fast["summary"])["first_nan"]
     assert json.loads(fast["stack.json"]) and json.loads(fast["construct.json"])
+
+
+@pytest.mark.parametrize("where", ["record", "members"])
+def test_a_nan_taken_in_a_run_is_the_step_summarys_first(tmp_path, where):
+    """The runs' C call marks the records whose text may hold a NaN as the handlers do: the step summary names the one
+    record with a NaN, whole or merged."""
+    import math
+
+    from msprobe_inject.writer import Construct, Merge, Record, Stack
+
+    def entry(v):
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": v, "Min": 0.0, "Mean": 0.5,
+                "Norm": 1.0, "requires_grad": False}
+
+    bad = (Record("Torch.add.1.forward", {"output": [entry(math.nan)]}, None) if where == "record" else
+           Merge("Module.m.Linear.forward.0", {"output": [entry(math.nan)]}, None, True))
+    events = [Stack("Torch.add.0.forward", ("a",)), Record("Torch.add.0.forward", {"output": [entry(1.0)]}, None),
+              Merge("Module.m.Linear.forward.0", {"input_args": [entry(2.0)]}, None, False),
+              Construct("Torch.add.1.forward", "Module.m.Linear.forward.0"), bad,
+              Record("Torch.add.2.forward", {"output": [entry(3.0)]}, None)]
+    got = json.loads(_documents_written(tmp_path, events)["summary"])
+    assert got["first_nan"]["record"] == bad.key, got
