@@ -117,7 +117,7 @@ class ApiHooks:
         name = self.table.lookup(func)
         if name is None:
             if not self.all_apis:
-                if len(self.never) < 4096:  # a bound method-wrapper is a new object per tensor: bounded
+                if len(self.never) < 4096:  # bounded whatever the callables' identities turn out to be
                     try:
                         self.never.add(func)
                     except TypeError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from util import PREAMBLE, load_dump, run_py
 
 
@@ -81,3 +83,35 @@ print("LOSSES", json.dumps(losses))
     assert proc.stdout.split("LOSSES")[1] == ref.stdout.split("LOSSES")[1]
     d = load_dump(str(tmp_path / "d"), step=1)["data"]
     assert "Tensor.sum.0.forward" in d and "Tensor.sum.0.backward" in d
+
+
+def test_calls_that_are_no_api_are_called_through_and_the_apis_still_recorded(tmp_path):
+    """The dump mode remembers the callables that are no API (a tensor attribute's getter, torch.is_complex) and calls
+    them through at once: their results are the call's, and the listed APIs around them, including one called as an
+    operator and as a method, are recorded in every step as before."""
+    code = PREAMBLE + """
+from msprobe_inject.pytorch import apis
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+x = torch.randn(4, 4, requires_grad=True)
+for step in range(2):
+    debugger.start()
+    for i in range(3):
+        assert torch.is_complex(x) is False and (x.grad is None) == (step == 0 and i == 0)
+        y = torch.relu(x) * 2 + x.add(1)
+        y.sum().backward()
+    debugger.stop(); debugger.step()
+mode = PrecisionDebugger._rt().fw.apis.mode
+names = sorted(getattr(f, "__qualname__", None) or repr(f) for f in mode.never)
+print("NEVER", json.dumps(names))
+print("LISTED", any(mode.hooks.table.lookup(f) is not None for f in mode.never))
+"""
+    out = run_py(code, str(tmp_path)).stdout
+    never = json.loads(next(line for line in out.splitlines() if line.startswith("NEVER "))[6:])
+    assert "_VariableFunctionsClass.is_complex" in never, never
+    assert "LISTED False" in out
+    for step in (0, 1):
+        d = load_dump(str(tmp_path / "d"), step=step)["data"]
+        for key in ("Torch.relu.2.forward", "Tensor.__mul__.2.forward", "Tensor.add.2.forward",
+                    "Tensor.__add__.2.forward", "Torch.relu.2.backward"):
+            assert key in d, (step, key, sorted(d))
+        assert not any("is_complex" in k for k in d)
