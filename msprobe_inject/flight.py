@@ -92,7 +92,7 @@ class Flight:
     # ---- per record ----
     def observe(self, step: Optional[int], key: str, body: Any, suspect: bool) -> None:
         """A record (or members of one) of the open step: look for a trigger. suspect: it may hold a non-finite
-        statistic (its encoded text has one's spelling, ``stepsummary.is_suspect``, or, for a held step the writer
+        statistic (its encoded text has one's spelling, ``encoding.is_suspect``, or, for a held step the writer
         does not encode, ``has_nonfinite`` found one), which has_nonfinite then confirms."""
         if self.own is not None:
             return

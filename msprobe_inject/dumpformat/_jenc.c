@@ -23,7 +23,7 @@
 typedef struct {
     char *buf;
     Py_ssize_t len, cap;
-    int scan;    /* encode_scan: watch for the text stepsummary.is_suspect looks for */
+    int scan;    /* encode_scan: watch for the text encoding.is_suspect looks for */
     int suspect; /* ... and it was written */
     char small[2048];
 } B;
@@ -421,7 +421,7 @@ jenc(PyObject *self, PyObject *o)
     return b_run(o, 0, NULL);
 }
 
-/* encode and stepsummary.is_suspect of its text in one pass: the writer asks both of every record, and the scan of
+/* encode and encoding.is_suspect of its text in one pass: the writer asks both of every record, and the scan of
  * a body's whole text afterwards cost as much as its encoding (~1.2 us for a body of four tensor entries). */
 static PyObject *
 jenc_scan(PyObject *self, PyObject *o)
@@ -693,7 +693,7 @@ done:
     return PyLong_FromSsize_t(k);
 }
 
-/* stepsummary.is_suspect for ASCII text (what encode returns): whether one of the four substrings occurs, with
+/* encoding.is_suspect for ASCII text (what encode returns): whether one of the four substrings occurs, with
  * glibc's memmem instead of four str.find passes. None for other text: the caller searches it. */
 static PyObject *
 jsuspect(PyObject *self, PyObject *s)
@@ -791,7 +791,7 @@ static PyMethodDef methods[] = {
      "events(batch, start, (Record, Merge, Stack, Construct, suspect), step_records) -> int: the writer's handlers of the "
      "events batch[start:] (see jevents); the index of the first event not taken."},
     {"encode_scan", (PyCFunction)jenc_scan, METH_O,
-     "encode_scan(obj) -> (str, bool) or None: encode(obj) and whether stepsummary.is_suspect holds of it."},
+     "encode_scan(obj) -> (str, bool) or None: encode(obj) and whether encoding.is_suspect holds of it."},
     {"encode", (PyCFunction)jenc, METH_O,
      "encode(obj) -> str or None: json.dumps(obj) for the plain values of record bodies (see the module's "
      "comment); None when json is to decide."},

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from .nonfinite import SUSPECT_TEXT
+
 encode_key: Callable[[str], str] = json.encoder.encode_basestring_ascii  # a quoted, escaped key
 
 
@@ -50,14 +52,25 @@ def _make_encode() -> Callable[[Any], str]:
 encode: Callable[[Any], str] = _make_encode()
 
 
-def _make_encode_scan() -> Callable[[Any], Tuple[str, bool]]:
-    """(encode(o), whether stepsummary.is_suspect holds of that text): the writer asks both of every record, and
-    _jenc answers both in the one pass that writes the text (a scan of the text afterwards cost as much again)."""
-    from .nonfinite import SUSPECT_TEXT
+def is_suspect(encoded: str) -> bool:
+    """Whether an encoded record may hold a non-finite statistic (the writer marks these as they arrive): one of
+    nonfinite.SUSPECT_TEXT in its text."""
+    found = _suspect(encoded) if _suspect is not None else None
+    return any(s in encoded for s in SUSPECT_TEXT) if found is None else found
 
+
+try:  # one memmem per token over the ASCII text encode() returns
+    from ._jenc import suspect as _suspect
+except ImportError:  # without a C compiler
+    _suspect = None
+
+
+def _make_encode_scan() -> Callable[[Any], Tuple[str, bool]]:
+    """(encode(o), is_suspect of that text): the writer asks both of every record, and _jenc answers both in the one
+    pass that writes the text (a scan of the text afterwards cost as much again)."""
     def scan_after(o: Any) -> Tuple[str, bool]:
         text = encode(o)
-        return text, any(s in text for s in SUSPECT_TEXT)
+        return text, is_suspect(text)
 
     try:
         from ._jenc import encode_scan as c_scan

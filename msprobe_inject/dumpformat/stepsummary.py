@@ -15,21 +15,9 @@ from typing import Any, Dict, Optional
 
 from . import paths
 from .documents import StepRecords
-from .nonfinite import SUSPECT_TEXT, has_nonfinite, nonfinite_leaves
+from .nonfinite import has_nonfinite, nonfinite_leaves
 
 FORMAT = 1
-
-
-def is_suspect(encoded: str) -> bool:
-    """Whether an encoded record may hold a non-finite statistic (the writer marks these as they arrive)."""
-    found = _suspect(encoded) if _suspect is not None else None
-    return any(s in encoded for s in SUSPECT_TEXT) if found is None else found
-
-
-try:  # one memmem per token over the ASCII text encode() returns
-    from ._jenc import suspect as _suspect
-except ImportError:  # without a C compiler
-    _suspect = None
 
 
 def build(records: StepRecords, suspect: set, record_file: str) -> Optional[bytes]:

@@ -6,9 +6,8 @@ import json
 import os
 import threading
 
-from msprobe_inject.dumpformat.encoding import encode
+from msprobe_inject.dumpformat.encoding import encode, is_suspect
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite
-from msprobe_inject.dumpformat.stepsummary import is_suspect
 from msprobe_inject.flight import Flight
 
 
