@@ -245,6 +245,9 @@ class DumpWriter:
         self._fsync = fsync
         self._keep_journal = keep_journal
         self.flight = flight  # the flight recorder's ring and triggers, or None: every step is written
+        # runs of events in one C call (_events_run): not where the handlers do more per record (the flight recorder
+        # counts bytes and watches the spike rule, overflow_check holds finite records)
+        self._runs = events_into is not None and flight is None and overflow_nums is None
         self.steps_written: List[int] = []
         self.stopped = False  # a fatal write error: nothing more is written
         self._handlers: Dict[type, Callable[[Any], bool]] = {
@@ -525,6 +528,7 @@ class DumpWriter:
 
     def _run(self) -> None:
         handlers = self._handlers
+        runs = self._runs
         while True:
             try:
                 batch = list(self._q.get(timeout=_DRAIN_S))
@@ -551,7 +555,8 @@ class DumpWriter:
             i, n = 0, len(batch)
             while i < n:
                 ev = batch[i]
-                if type(ev) in _IN_RUNS and events_into is not None:
+                # a record whose statistics were read here is journaled again by its handler: not offered to the run
+                if runs and type(ev) in _IN_RUNS and (type(ev) not in _RECORDS or ev.pending is None):
                     j = self._events_run(batch, i)
                     if j > i:
                         i = j
@@ -571,10 +576,10 @@ class DumpWriter:
 
     def _events_run(self, batch: list, i: int) -> int:
         """The handlers of the records, members, stacks and places from batch[i] on, in one C call (_jenc.events), where
-        the step keeps their text and nothing else is asked of them (no flight recorder, no overflow check); the index
-        of the first event left to its handler."""
+        the step keeps their text and nothing else is asked of them (see _runs); the index of the first event left to
+        its handler."""
         st = self._live()
-        if st is None or st.light or self._overflow_left is not None or self.flight is not None:
+        if st is None or st.light:
             return i
         try:
             j = events_into(batch, i, (Record, Merge, Stack, Construct, st.suspect), st.records)
