@@ -1,0 +1,205 @@
+"""Instructions per recorded call: ``percall.py``'s loop counted by valgrind's callgrind instead of timed, so the figure
+does not move with the machine's load (a wall-clock ratio on a shared 2-core machine spreads by 5 % and more).
+
+    python benchmarks/instructions.py [--only "none;floor;L1;mix;L0"] [--iters 100] [--mode statistics]
+        [--baseline DIR] [--top 0]
+
+Each configuration runs in its own process under ``valgrind --tool=callgrind --instr-atstart=no``: the model is built
+and warmed up (20 iterations unrecorded, 30 recorded) uninstrumented, then instrumentation starts, the debugger starts
+a step, ``--iters`` iterations run, the debugger stops and the writer thread writes the step's documents
+(``DumpWriter.flush``), and instrumentation stops. Every thread's instructions count (the writer thread's too: it
+holds the interpreter lock the training thread waits for). Figures: instructions per iteration, and per recorded call
+over "none" (the same loop without a tool), the calls being the configuration's forward records per iteration
+(API calls at L1, module calls at L0, both at mix). An instruction is not a nanosecond (a cache miss costs hundreds),
+but on this loop, whose data stay in cache, the two move together; the timed figures are ``percall.py``'s.
+
+--baseline DIR counts each configuration of ours again with another checkout's code (``git worktree add DIR REV``,
+its C extensions built). --top N prints the N functions with the most instructions of their own (C functions: the
+interpreter, torch, our extensions; Python functions show as the interpreter's). Needs valgrind and its
+``callgrind.h`` (the start and stop are its client requests, compiled into a small helper library).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CONFIGS = {"none": None, "floor": None, "L1": "L1", "mix": "mix", "L0": "L0"}
+
+HELPER = r"""
+#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void cg_stop(void) { CALLGRIND_DUMP_STATS_AT("measured"); CALLGRIND_STOP_INSTRUMENTATION; }
+"""
+
+
+def build_helper(tmp: str) -> str:
+    src = os.path.join(tmp, "cg_toggle.c")
+    lib = os.path.join(tmp, "cg_toggle.so")
+    with open(src, "w") as fh:
+        fh.write(HELPER)
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", lib, src], check=True)
+    return lib
+
+
+def worker(name: str, mode: str, iters: int, helper: str, dump: str) -> None:
+    import ctypes
+
+    sys.path.insert(0, HERE)
+    from percall import tiny_model
+
+    model, x = tiny_model()
+    level = CONFIGS[name]
+    debugger = mode_ctx = None
+    if level is not None:
+        from msprobe_inject.pytorch import PrecisionDebugger
+
+        cfg = {"task": "statistics", "dump_path": dump, "level": level, "statistics": {"summary_mode": mode}}
+        with open(dump + ".json", "w") as fh:
+            json.dump(cfg, fh)
+        debugger = PrecisionDebugger(config_path=dump + ".json")
+    elif name == "floor":
+        from torch.overrides import TorchFunctionMode
+
+        class Through(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        mode_ctx = Through()
+
+    def body() -> None:
+        model(x).sum().backward()
+
+    for _ in range(20):
+        body()
+    if debugger is not None:  # a recorded warm-up step: the sites, caches and the writer thread in place
+        debugger.start(model=model)
+        for _ in range(30):
+            body()
+        debugger.stop()
+        debugger.step()
+        _writer(debugger).flush()
+    cg = ctypes.CDLL(helper)
+    cg.cg_start()
+    if debugger is not None:
+        debugger.start(model=model)
+    if mode_ctx is not None:
+        mode_ctx.__enter__()
+    for _ in range(iters):
+        body()
+    if mode_ctx is not None:
+        mode_ctx.__exit__(None, None, None)
+    if debugger is not None:
+        debugger.stop()
+        _writer(debugger).flush()
+    cg.cg_stop()
+    if debugger is not None:
+        debugger.step()
+
+
+def _writer(debugger):
+    return debugger.runtime.writer  # the recorder's
+
+
+def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, top: int) -> dict:
+    tag = name + ("_base" if root != ROOT else "")
+    out = os.path.join(tmp, f"cg_{tag}")
+    dump = os.path.join(tmp, f"dump_{tag}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
+            sys.executable, os.path.join(HERE, "instructions.py"), "--worker", name, "--mode", mode,
+            "--iters", str(iters), "--helper", helper, "--dump", dump]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tag}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    dumps = [os.path.join(tmp, f) for f in os.listdir(tmp) if f.startswith(f"cg_{tag}.") and f.endswith(".1")]
+    if len(dumps) != 1:
+        raise RuntimeError(f"{tag}: expected one measured dump, found {dumps}")
+    with open(dumps[0]) as fh:
+        text = fh.read()
+    total = int(re.search(r"^summary:\s*(\d+)", text, re.M).group(1))
+    got = {"instructions": total / iters, "calls": _forward_records(dump) / iters if CONFIGS[name] else 0}
+    if top:
+        ann = subprocess.run(["callgrind_annotate", dumps[0]], capture_output=True, text=True).stdout
+        rows = [ln for ln in ann.splitlines() if re.match(r"^\s*[\d,]+ \(\s*[\d.]+%\)\s+\S", ln)][1:top + 1]
+        got["top"] = rows
+    for f in os.listdir(tmp):
+        if f.startswith(f"cg_{tag}."):
+            os.unlink(os.path.join(tmp, f))
+    shutil.rmtree(dump, ignore_errors=True)
+    return got
+
+
+def _forward_records(dump: str) -> int:
+    n = 0
+    for dirpath, _, files in os.walk(dump):
+        if "dump.json" in files and os.path.basename(os.path.dirname(dirpath)) == "step1":
+            with open(os.path.join(dirpath, "dump.json")) as fh:
+                n += sum(1 for k in json.load(fh)["data"] if k.endswith(".forward") or ".forward." in k)
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="none;floor;L1;mix;L0")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--mode", default="statistics", choices=("statistics", "md5", "xor"))
+    ap.add_argument("--baseline", default=None)
+    ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--worker", default=None)
+    ap.add_argument("--helper", default=None)
+    ap.add_argument("--dump", default=None)
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.worker, a.mode, a.iters, a.helper, a.dump)
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("instructions.py needs valgrind (callgrind) on PATH")
+    names = [n.strip() for n in a.only.split(";") if n.strip()]
+    bad = [n for n in names if n not in CONFIGS]
+    if bad:
+        sys.exit(f"unknown configuration(s) {bad}; allowed: {list(CONFIGS)}")
+    if "none" not in names:
+        names.insert(0, "none")
+    tmp = tempfile.mkdtemp(prefix="msprobe_instructions_")
+    try:
+        helper = build_helper(tmp)
+        res = {}
+        for n in names:
+            res[n] = count(n, a.mode, a.iters, helper, tmp, ROOT, a.top)
+            print(f"counted {n}", file=sys.stderr, flush=True)
+            if a.baseline and CONFIGS[n]:
+                res[n + "@base"] = count(n, a.mode, a.iters, helper, tmp, os.path.abspath(a.baseline), a.top)
+                print(f"counted {n}@base", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    none = res["none"]["instructions"]
+    print(f"\ninstructions (callgrind), {a.iters} iterations, summary mode {a.mode}")
+    print(f"  {'configuration':<14}{'per iteration':>16}{'calls':>8}{'per call over none':>20}")
+    for n, r in res.items():
+        per = (r["instructions"] - none) / r["calls"] if r["calls"] else None
+        print(f"  {n:<14}{r['instructions']:>16,.0f}{r['calls']:>8.1f}"
+              + (f"{per:>20,.0f}" if per is not None else ""))
+        if n.endswith("@base") and per is not None:
+            cur = res[n[:-5]]
+            now = (cur["instructions"] - none) / cur["calls"]
+            print(f"  {'':<14}{'now / base':>16}{'':>8}{now / per:>20.3f}")
+    for n, r in res.items():
+        for row in r.get("top", []):
+            print(f"  {n}: {row.strip()[:160]}")
+
+
+if __name__ == "__main__":
+    main()
