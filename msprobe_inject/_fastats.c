@@ -1152,11 +1152,54 @@ intern_names(void)
     return 0;
 }
 
+#define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
+
+/* A tensor's attribute or no-argument method, read through the descriptor torch.Tensor and nn.Parameter both find
+ * (TensorBase's own getset or method descriptor), looked up once in entries_setup: PyObject_GetAttr and
+ * PyObject_CallMethodNoArgs look it up through the type's MRO at every read, and a method's call builds a bound
+ * method, together most of a small tensor's entry. Where the two classes do not share such a descriptor (a torch
+ * whose Python class overrides the name), the generic read. Only exact Tensor and Parameter objects come here. */
+enum { A_DTYPE, A_LAYOUT, A_IS_CPU, A_IS_NEG, A_IS_CONTIGUOUS, A_DATA_PTR, A_NUMEL, A_SHAPE, A_REQUIRES_GRAD, A_STRIDE,
+       A_VERSION, A_DEVICE, A_UNTYPED_STORAGE, A_COUNT };
+static struct {
+    PyObject **name;
+    int call;
+    PyObject *descr; /* NULL: the generic read */
+} ACC[A_COUNT] = {{&S_dtype, 0, NULL},         {&S_layout, 0, NULL},   {&S_is_cpu, 0, NULL},
+                  {&S_is_neg, 1, NULL},        {&S_is_contiguous, 1, NULL}, {&S_data_ptr, 1, NULL},
+                  {&S_numel, 1, NULL},         {&S_shape, 0, NULL},    {&S_requires_grad, 0, NULL},
+                  {&S_stride, 1, NULL},        {&S_version, 0, NULL},  {&S_device, 0, NULL},
+                  {&S_untyped_storage, 1, NULL}};
+
+static PyObject *
+tget(PyObject *t, int i)
+{
+    PyObject *d = ACC[i].descr;
+    if (d != NULL)
+        return ACC[i].call ? PyObject_Vectorcall(d, &t, 1, NULL) : Py_TYPE(d)->tp_descr_get(d, t, (PyObject *)Py_TYPE(t));
+    return ACC[i].call ? PyObject_CallMethodNoArgs(t, *ACC[i].name) : PyObject_GetAttr(t, *ACC[i].name);
+}
+
+static void
+find_descriptors(void)
+{
+    for (int i = 0; i < A_COUNT; i++) {
+        Py_CLEAR(ACC[i].descr);
+        PyObject *a = PyObject_GetAttr(E.tensor, *ACC[i].name), *b = PyObject_GetAttr(E.param, *ACC[i].name);
+        if (a != NULL && a == b && Py_IS_TYPE(a, ACC[i].call ? &PyMethodDescr_Type : &PyGetSetDescr_Type)
+            && PyObject_IsSubclass(E.tensor, (PyObject *)PyDescr_TYPE(a)) == 1)
+            ACC[i].descr = NEW_REF(a);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_Clear();
+    }
+}
+
 /* 1: the attribute (or method result) is `want`; 0: it is not, or reading it raised (encode.py decides) */
 static int
-attr_is(PyObject *t, PyObject *name, int call, PyObject *want)
+attr_is(PyObject *t, int i, PyObject *want)
 {
-    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    PyObject *v = tget(t, i);
     if (v == NULL) {
         PyErr_Clear();
         return 0;
@@ -1166,14 +1209,66 @@ attr_is(PyObject *t, PyObject *name, int call, PyObject *want)
     return same;
 }
 
+/* An entry's dict: a copy of a template holding its keys in order (None values), then its values set over those.
+ * A new dict grown key by key allocates its table, then again at the sixth key; a template's copy is one table
+ * copied, and each value replaces one in place. Templates are found by their keys' objects (this file's interned
+ * names), a handful in all. */
+#define TEMPLATES 8
+static struct {
+    int pairs;
+    PyObject *keys[9];
+    PyObject *dict;
+} tmpl[TEMPLATES];
+
+static PyObject *
+template_for(PyObject **kv, int pairs)
+{
+    if (pairs > 9)
+        return NULL;
+    for (int j = 0; j < TEMPLATES; j++) {
+        if (tmpl[j].dict == NULL) {
+            PyObject *d = PyDict_New();
+            if (d == NULL)
+                return NULL;
+            for (int i = 0; i < pairs; i++)
+                if (PyDict_SetItem(d, kv[2 * i], Py_None) < 0) {
+                    Py_DECREF(d);
+                    return NULL;
+                }
+            if (PyDict_GET_SIZE(d) != pairs) { /* a key twice: no template */
+                Py_DECREF(d);
+                return NULL;
+            }
+            for (int i = 0; i < pairs; i++)
+                tmpl[j].keys[i] = NEW_REF(kv[2 * i]);
+            tmpl[j].pairs = pairs;
+            tmpl[j].dict = d;
+            return d;
+        }
+        if (tmpl[j].pairs != pairs)
+            continue;
+        int i = 0;
+        while (i < pairs && tmpl[j].keys[i] == kv[2 * i])
+            i++;
+        if (i == pairs)
+            return tmpl[j].dict;
+    }
+    return NULL;
+}
+
 static PyObject *
 dict_of(PyObject **kv, int pairs)
 {
-    PyObject *d = PyDict_New();
+    for (int i = 0; i < pairs; i++)
+        if (kv[2 * i + 1] == NULL)
+            return NULL;
+    PyObject *t = template_for(kv, pairs);
+    PyErr_Clear();
+    PyObject *d = t != NULL ? PyDict_Copy(t) : PyDict_New();
     if (d == NULL)
         return NULL;
     for (int i = 0; i < pairs; i++)
-        if (kv[2 * i + 1] == NULL || PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+        if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
             Py_DECREF(d);
             return NULL;
         }
@@ -1204,7 +1299,7 @@ permuted_dense(PyObject *t)
 {
     int64_t size[8], stride[8];
     int ix[8], nd;
-    PyObject *sz = PyObject_GetAttr(t, S_shape), *st = sz == NULL ? NULL : PyObject_CallMethodNoArgs(t, S_stride);
+    PyObject *sz = tget(t, A_SHAPE), *st = sz == NULL ? NULL : tget(t, A_STRIDE);
     int ok = sz != NULL && st != NULL && PyTuple_Check(sz) && PyTuple_Check(st)
              && (nd = (int)PyTuple_GET_SIZE(sz)) == PyTuple_GET_SIZE(st) && nd >= 2 && nd <= 8;
     for (int d = 0; ok && d < nd; d++) {
@@ -1241,7 +1336,6 @@ enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2, MODE_NORM = 3 };
 /* ---- encode.StatCache, for the tensors above max elements read here: the same dict, keys and values as
  * encode.py's StatCache.key/get/put, so that a tensor read by either path is found by both ---- */
 static PyObject *C_ready;    /* encode.READY: the kind of figures that are final */
-#define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 static int C_storage_refs;   /* encode._STORAGE_REFS: a storage's Python object lives as long as the storage */
 
 /* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device), or for a contiguous tensor (here always of one
@@ -1251,8 +1345,8 @@ cache_key(PyObject *t, PyObject *ptr, PyObject *size, int contiguous, Py_ssize_t
 {
     /* its third and fourth items, each a new reference: (numel, None) or (shape, stride()) */
     PyObject *third = contiguous ? PyLong_FromSsize_t(n) : NEW_REF(size),
-             *fourth = contiguous ? NEW_REF(Py_None) : PyObject_CallMethodNoArgs(t, S_stride),
-             *version = PyObject_GetAttr(t, S_version), *device = PyObject_GetAttr(t, S_device), *key = NULL;
+             *fourth = contiguous ? NEW_REF(Py_None) : tget(t, A_STRIDE),
+             *version = tget(t, A_VERSION), *device = tget(t, A_DEVICE), *key = NULL;
     if (third != NULL && fourth != NULL && version != NULL && device != NULL)
         key = PyTuple_Pack(6, ptr, E.f32, third, fourth, version, device);
     Py_XDECREF(third);
@@ -1310,7 +1404,7 @@ cache_put(PyObject *cache, PyObject *entries, PyObject *key, PyObject *t, PyObje
 {
     counter_add(cache, S_misses, 1);
     counter_add(cache, S_bytes_reduced, 4 * n);
-    PyObject *owner = C_storage_refs ? PyObject_CallMethodNoArgs(t, S_untyped_storage) : NULL;
+    PyObject *owner = C_storage_refs ? tget(t, A_UNTYPED_STORAGE) : NULL;
     if (owner == NULL) {
         PyErr_Clear();
         owner = NEW_REF(t);
@@ -1343,10 +1437,24 @@ cache_put(PyObject *cache, PyObject *entries, PyObject *key, PyObject *t, PyObje
 static PyObject *
 shape_list(PyObject *size)
 {
-    PyObject *shape = PySequence_List(size);
-    if (shape != NULL)
-        PyObject_GC_UnTrack(shape);
+    Py_ssize_t n = PyTuple_GET_SIZE(size); /* a torch.Size: a tuple of ints */
+    PyObject *shape = PyList_New(n);
+    if (shape == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyList_SET_ITEM(shape, i, NEW_REF(PyTuple_GET_ITEM(size, i)));
+    PyObject_GC_UnTrack(shape);
     return shape;
+}
+
+/* "%08x" of a CRC-32, without snprintf's format parsing */
+static void
+hex8(char *out, uint32_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 7; i >= 0; i--, v >>= 4)
+        out[i] = digits[v & 15];
+    out[8] = '\0';
 }
 
 /* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
@@ -1354,7 +1462,7 @@ shape_list(PyObject *size)
 static PyObject *
 tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
 {
-    PyObject *o = PyObject_CallMethodNoArgs(t, S_numel); /* first: a large tensor is encode.py's at once */
+    PyObject *o = tget(t, A_NUMEL); /* first: a large tensor is encode.py's at once */
     if (o == NULL) {
         PyErr_Clear();
         return NOT_MINE;
@@ -1366,28 +1474,28 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         PyErr_Clear();
         return NOT_MINE;
     }
-    if (!attr_is(t, S_dtype, 0, E.f32) || !attr_is(t, S_layout, 0, E.strided) || !attr_is(t, S_is_cpu, 0, Py_True)
-        || !attr_is(t, S_is_neg, 1, Py_False))
+    if (!attr_is(t, A_DTYPE, E.f32) || !attr_is(t, A_LAYOUT, E.strided) || !attr_is(t, A_IS_CPU, Py_True)
+        || !attr_is(t, A_IS_NEG, Py_False))
         return NOT_MINE;
     /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
-    int contiguous = attr_is(t, S_is_contiguous, 1, Py_True);
+    int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True);
     if (!contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
         return NOT_MINE;
-    PyObject *ptr = PyObject_CallMethodNoArgs(t, S_data_ptr);
+    PyObject *ptr = tget(t, A_DATA_PTR);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
     if (p == NULL) { /* no storage (a functorch or fake tensor) */
         Py_XDECREF(ptr);
         PyErr_Clear();
         return NOT_MINE;
     }
-    PyObject *size = PyObject_GetAttr(t, S_shape);
+    PyObject *size = tget(t, A_SHAPE);
     if (size == NULL || !PyTuple_Check(size)) {
         Py_DECREF(ptr);
         Py_XDECREF(size);
         PyErr_Clear();
         return NOT_MINE;
     }
-    PyObject *rg = PyObject_GetAttr(t, S_requires_grad);
+    PyObject *rg = tget(t, A_REQUIRES_GRAD);
     if (rg == NULL || (rg != Py_True && rg != Py_False)) {
         Py_DECREF(ptr);
         Py_DECREF(size);
@@ -1458,7 +1566,8 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             norm = sqrt(r.q);
         }
         if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
-            snprintf(hex, sizeof hex, "%08lx", (unsigned long)r.crc);
+            if (mode == MODE_MD5)
+                hex8(hex, r.crc);
             PyObject *shape = shape_list(size);
             PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyFloat_FromDouble(r.mx),
                                 K_min, PyFloat_FromDouble(r.mn), K_mean, PyFloat_FromDouble(mean),
@@ -1689,6 +1798,8 @@ fastats_entries_setup(PyObject *self, PyObject *args)
     Py_XDECREF(E.tensor), Py_XDECREF(E.param), Py_XDECREF(E.f32), Py_XDECREF(E.strided);
     E.tensor = tensor, E.param = param, E.f32 = f32, E.strided = strided;
     E.lanes = lanes, E.max_numel = max_numel;
+    if (tensor != NULL)
+        find_descriptors();
     Py_RETURN_NONE;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 #define E_OTHER (-2)
 #define E_NOMEM (-1)
 #define E_DEPTH 100
@@ -112,8 +113,50 @@ has_suspect(const char *p, const char *end)
 
 /* json.encoder.encode_basestring_ascii: printable ASCII but '"' and '\\' as is, the short escapes, the rest
  * as \uXXXX (lowercase hex; outside the BMP, a surrogate pair) */
+/* The text of short strings written before, by object: a body's keys and the values of its entries ("type",
+ * "torch.Tensor", "dtype", "torch.float32", ...) are the same few objects in every record, and escaping one character
+ * at a time, then scanning the token, cost more than the rest of a small body. A slot holds a reference to its
+ * string, so that no other string can take its address while it is there; a str never changes. GIL only. */
+#define STEXT_BITS 9
+#define STEXT_MAX 64
+static struct {
+    PyObject *s;
+    unsigned char len, suspect;
+    char text[STEXT_MAX];
+} stext[1 << STEXT_BITS];
+
+static int b_str_escaped(B *b, PyObject *s);
+
 static int
 b_str(B *b, PyObject *s)
+{
+    unsigned slot = (unsigned)((((uintptr_t)s >> 4) * 0x9E3779B97F4A7C15ull) >> (64 - STEXT_BITS));
+    if (stext[slot].s == s) {
+        if (b->scan && stext[slot].suspect)
+            b->suspect = 1;
+        return b_put(b, stext[slot].text, stext[slot].len);
+    }
+    Py_ssize_t start = b->len;
+    int scan = b->scan, suspect = b->suspect, rc;
+    b->scan = 1; /* the slot keeps whether its text holds a suspect spelling, for callers that scan */
+    b->suspect = 0;
+    rc = b_str_escaped(b, s);
+    int found = b->suspect;
+    b->scan = scan;
+    b->suspect = suspect || (scan && found);
+    if (rc == 0 && b->len - start <= STEXT_MAX) {
+        PyObject *old = stext[slot].s;
+        stext[slot].s = NEW_REF(s);
+        stext[slot].len = (unsigned char)(b->len - start);
+        stext[slot].suspect = (unsigned char)found;
+        memcpy(stext[slot].text, b->buf + start, b->len - start);
+        Py_XDECREF(old);
+    }
+    return rc;
+}
+
+static int
+b_str_escaped(B *b, PyObject *s)
 {
     if (PyUnicode_READY(s) < 0) {
         PyErr_Clear();
@@ -195,10 +238,16 @@ b_long(B *b, PyObject *o)
         PyErr_Clear();
         return E_OTHER;
     }
-    if (!overflow) {
-        char tmp[32];
-        int n = snprintf(tmp, sizeof tmp, "%lld", v);
-        return b_put(b, tmp, n);
+    if (!overflow) { /* "%lld", without snprintf's format parsing (an entry's shape is a few ints) */
+        char tmp[24], *e = tmp + sizeof tmp, *q = e;
+        unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+        do {
+            *--q = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0)
+            *--q = '-';
+        return b_put(b, q, e - q);
     }
     PyObject *r = PyLong_Type.tp_repr(o);
     if (r == NULL) {

@@ -85,6 +85,23 @@ def test_floats_seen_before_are_spelled_as_the_first_time_whatever_shares_their_
         assert jenc.encode(pool) == json.dumps(pool)
 
 
+def test_strings_met_again_are_spelled_and_scanned_as_the_first_time_whatever_took_their_address():
+    """The encoder keeps the text of short strings by object: the same objects again (a body's keys and its entries'
+    values) and new strings made where freed ones were are spelled as json.dumps spells them and scanned as the
+    substring test scans their text, whether the string was first met with the scan asked for or not."""
+    rng = random.Random(3)
+    kept = [_str(rng) for _ in range(300)] + ["NaN", "Inf-like", "info", "torch.float32", "x" * 70]
+    for i in range(30000):
+        s = kept[i % len(kept)] if i % 3 == 0 else _str(rng) + "NaN"[: i % 4]  # a new object, freed at once
+        value = [s, {s: i}]
+        if i % 2:
+            text, suspect = jenc.encode_scan(value)
+            assert suspect == any(x in text for x in SUSPECT_TEXT), text
+        else:
+            text = jenc.encode(value)
+        assert text == json.dumps(value)
+
+
 def test_a_record_body_is_encoded_by_the_c_encoder():
     entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 4], "Max": 1.2345678901234567,
              "Min": -0.9876, "Mean": math.nan, "Norm": math.inf, "requires_grad": True, "data_name": "a\u00e9.pt"}
