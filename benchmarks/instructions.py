@@ -2,7 +2,7 @@
 does not move with the machine's load (a wall-clock ratio on a shared 2-core machine spreads by 5 % and more).
 
     python benchmarks/instructions.py [--only "none;floor;L1;mix;L0"] [--iters 100] [--mode statistics]
-        [--baseline DIR] [--top 0]
+        [--baseline DIR] [--top 0] [--ways "no backward hook;no encoding;records not sent;no stacks"]
 
 Each configuration runs in its own process under ``valgrind --tool=callgrind --instr-atstart=no``: the model is built
 and warmed up (20 iterations unrecorded, 30 recorded) uninstrumented, then instrumentation starts, the debugger starts
@@ -15,7 +15,9 @@ but on this loop, whose data stay in cache, the two move together; the timed fig
 
 --baseline DIR counts each configuration of ours again with another checkout's code (``git worktree add DIR REV``,
 its C extensions built). --top N prints the N functions with the most instructions of their own (C functions: the
-interpreter, torch, our extensions; Python functions show as the interpreter's). Needs valgrind and its
+interpreter, torch, our extensions; Python functions show as the interpreter's). --ways counts each configuration of
+ours again with one part of the recording switched off, as ``call_parts.py`` does (diagnostics: a way that is not
+the code's never runs in a job). Needs valgrind and its
 ``callgrind.h`` (the start and stop are its client requests, compiled into a small helper library).
 """
 
@@ -34,6 +36,34 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIGS = {"none": None, "floor": None, "L1": "L1", "mix": "mix", "L0": "L0"}
+WAYS = ("no backward hook", "no encoding", "records not sent", "no stacks")
+
+
+def set_way(way: str) -> None:
+    """call_parts.py's ways: one part of the recording replaced by a function that does nothing."""
+    if not way:
+        return
+    from msprobe_inject import writer as W
+    from msprobe_inject.pytorch import apis, encode
+
+    def nothing(*_a, **_k):
+        return None
+
+    def empty(self, value, pending, file_prefix=None, keys=None):
+        return type(value)() if isinstance(value, (list, dict)) else []
+
+    send = W.DumpWriter.send
+    dropped = (W.Record, W.Merge, W.Construct, W.Stack)
+
+    def records_not_sent(self, ev, push=False):  # the step's own events (open, flush) still go
+        if type(ev) not in dropped:
+            send(self, ev, push)
+
+    cls, name, fn = {"no backward hook": (apis.ApiHooks, "_register_backward", nothing),
+                     "no encoding": (encode.Encoder, "encode", empty),
+                     "records not sent": (W.DumpWriter, "send", records_not_sent),
+                     "no stacks": (W.DumpWriter, "stack", nothing)}[way]
+    setattr(cls, name, fn)
 
 HELPER = r"""
 #include <valgrind/callgrind.h>
@@ -52,7 +82,7 @@ def build_helper(tmp: str) -> str:
     return lib
 
 
-def worker(name: str, mode: str, iters: int, helper: str, dump: str) -> None:
+def worker(name: str, mode: str, iters: int, helper: str, dump: str, way: str = "") -> None:
     import ctypes
 
     sys.path.insert(0, HERE)
@@ -68,6 +98,7 @@ def worker(name: str, mode: str, iters: int, helper: str, dump: str) -> None:
         with open(dump + ".json", "w") as fh:
             json.dump(cfg, fh)
         debugger = PrecisionDebugger(config_path=dump + ".json")
+        set_way(way)
     elif name == "floor":
         from torch.overrides import TorchFunctionMode
 
@@ -111,16 +142,17 @@ def _writer(debugger):
     return debugger.runtime.writer  # the recorder's
 
 
-def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, top: int) -> dict:
-    tag = name + ("_base" if root != ROOT else "")
+def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, top: int, way: str = "") -> dict:
+    tag = name + ("_base" if root != ROOT else "") + way.replace(" ", "_")
     out = os.path.join(tmp, f"cg_{tag}")
     dump = os.path.join(tmp, f"dump_{tag}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONHASHSEED"] = "0"  # the same dict and set layouts in every run
     args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
             sys.executable, os.path.join(HERE, "instructions.py"), "--worker", name, "--mode", mode,
-            "--iters", str(iters), "--helper", helper, "--dump", dump]
+            "--iters", str(iters), "--helper", helper, "--dump", dump, "--way", way]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"{tag}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
@@ -130,7 +162,8 @@ def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, to
     with open(dumps[0]) as fh:
         text = fh.read()
     total = int(re.search(r"^summary:\s*(\d+)", text, re.M).group(1))
-    got = {"instructions": total / iters, "calls": _forward_records(dump) / iters if CONFIGS[name] else 0}
+    got = {"instructions": total / iters, "calls": (_forward_records(dump) / iters if not way else 0)
+           if CONFIGS[name] else 0}
     if top:
         ann = subprocess.run(["callgrind_annotate", dumps[0]], capture_output=True, text=True).stdout
         rows = [ln for ln in ann.splitlines() if re.match(r"^\s*[\d,]+ \(\s*[\d.]+%\)\s+\S", ln)][1:top + 1]
@@ -158,12 +191,14 @@ def main() -> None:
     ap.add_argument("--mode", default="statistics", choices=("statistics", "md5", "xor"))
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--ways", default="")
+    ap.add_argument("--way", default="")
     ap.add_argument("--worker", default=None)
     ap.add_argument("--helper", default=None)
     ap.add_argument("--dump", default=None)
     a = ap.parse_args()
     if a.worker:
-        worker(a.worker, a.mode, a.iters, a.helper, a.dump)
+        worker(a.worker, a.mode, a.iters, a.helper, a.dump, a.way)
         return
     if shutil.which("valgrind") is None:
         sys.exit("instructions.py needs valgrind (callgrind) on PATH")
@@ -171,6 +206,9 @@ def main() -> None:
     bad = [n for n in names if n not in CONFIGS]
     if bad:
         sys.exit(f"unknown configuration(s) {bad}; allowed: {list(CONFIGS)}")
+    ways = [w.strip() for w in a.ways.split(";") if w.strip()]
+    if [w for w in ways if w not in WAYS]:
+        sys.exit(f"unknown way(s) {[w for w in ways if w not in WAYS]}; allowed: {list(WAYS)}")
     if "none" not in names:
         names.insert(0, "none")
     tmp = tempfile.mkdtemp(prefix="msprobe_instructions_")
@@ -183,6 +221,10 @@ def main() -> None:
             if a.baseline and CONFIGS[n]:
                 res[n + "@base"] = count(n, a.mode, a.iters, helper, tmp, os.path.abspath(a.baseline), a.top)
                 print(f"counted {n}@base", file=sys.stderr, flush=True)
+            for w in ways if CONFIGS[n] else ():
+                res[f"{n}, {w}"] = count(n, a.mode, a.iters, helper, tmp, ROOT, 0, w)
+                res[f"{n}, {w}"]["less"] = res[n]["instructions"] - res[f"{n}, {w}"]["instructions"]
+                print(f"counted {n}, {w}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     none = res["none"]["instructions"]
@@ -191,7 +233,8 @@ def main() -> None:
     for n, r in res.items():
         per = (r["instructions"] - none) / r["calls"] if r["calls"] else None
         print(f"  {n:<14}{r['instructions']:>16,.0f}{r['calls']:>8.1f}"
-              + (f"{per:>20,.0f}" if per is not None else ""))
+              + (f"{per:>20,.0f}" if per is not None else "")
+              + (f"{r['less']:>14,.0f} less per iteration" if "less" in r else ""))
         if n.endswith("@base") and per is not None:
             cur = res[n[:-5]]
             now = (cur["instructions"] - none) / cur["calls"]

@@ -30,6 +30,8 @@ class EncoderBase:
         self.structure = cfg.task == "structure"
         self.save_all = cfg.task == "tensor"
         self.tensor_list = list(cfg.tensor_list)
+        # whether any record's tensors go to files: the hot paths ask this before wants_files (a call per value)
+        self.some_files = self.save_all or bool(self.tensor_list)
         self._tensor_dir = tensor_dir_fn
         self._writer = writer
 

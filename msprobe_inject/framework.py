@@ -16,6 +16,8 @@ from typing import Any, Callable, ContextManager, Dict, Iterable, List, Optional
 class Encoder(Protocol):
     """Values to msprobe's JSON encodings; tensor statistics stay pending until the writer resolves them."""
 
+    some_files: bool  # whether wants_files can hold for any key (asked first on every record)
+
     def wants_files(self, key: str) -> bool: ...
 
     def encode(self, value: Any, pending: list, file_prefix: Optional[str]) -> Any: ...

@@ -282,7 +282,8 @@ class Recorder:
 
     def files(self, key: str, suffix: str) -> Optional[str]:
         """The tensor-file stem of a record's value, or None when its tensors are not saved."""
-        return f"{key}.{suffix}" if self.encoder.wants_files(key) else None
+        enc = self.encoder
+        return f"{key}.{suffix}" if enc.some_files and enc.wants_files(key) else None
 
     # ---------------------------------------------------------------- modules
     # Called from an adapter's module/cell hooks once it has checked the process, the busy flag and that
@@ -396,11 +397,13 @@ class Recorder:
         enc = self.encoder
         pending: list = []
         body: Dict[str, Any] = {}
+        files = enc.some_files and enc.wants_files(bkey)
         if self.inp:
-            body["input"] = enc.encode(list(grad_out or ()), pending, self.files(bkey, "input"))
+            body["input"] = enc.encode(list(grad_out or ()), pending, f"{bkey}.input" if files else None)
         if self.outp:
-            body["output"] = enc.encode(list(grad_in or ()), pending, self.files(bkey, "output"))
-        self.record(bkey, body, pending)
+            body["output"] = enc.encode(list(grad_in or ()), pending, f"{bkey}.output" if files else None)
+        self.session.ensure_open()
+        self.writer.send(Record(bkey, body, pending or None))
 
     # ---------------------------------------------------------------- parameter gradients
     def param_grad(self, prefix: str, pname: str, grad_of: Callable[[], Any]) -> None:

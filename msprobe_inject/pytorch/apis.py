@@ -19,10 +19,12 @@ from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Record
 from . import apinames
-from .state import loud, quiet, tls
+from .state import _NO_TF, loud, quiet, tls
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _FunctionType = type(lambda: None)
+_TENSOR = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
@@ -92,7 +94,7 @@ class ApiHooks:
         self.mode = DumpMode(self)
         self.mode_pushed = False
         self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
-        self._backward_body = self._on_backward  # bound once (see _backward_hook)
+        self._backward_body = self._on_backward  # bound once (see _register_backward)
 
     def set_api(self, on: bool) -> None:
         if on and not self.mode_pushed:
@@ -164,27 +166,34 @@ class ApiHooks:
             return out
         body: Dict[str, Any] = {}
         pending: list = []
-        guard = quiet()
+        t = tls
+        t.busy = True  # quiet() and loud(), spelled out: four calls fewer per recorded call
+        guard = _NO_TF()
+        guard.__enter__()
         try:
             ra, rk = respelled if respelled is not None else (args, kwargs)
             self._inputs(fkey, prefix, api, ra, rk, body, pending)
         except Exception as exc:
             rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
-            loud(guard)
-        tls.in_api = True
+            guard.__exit__(None, None, None)
+            t.busy = False
+        t.in_api = True
         try:
             out = func(*args, **kwargs)
         finally:
-            tls.in_api = False
+            t.in_api = False
         s.finish_api(base)
-        guard = quiet()
+        t.busy = True
+        guard = _NO_TF()
+        guard.__enter__()
         try:
             self._outputs(fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack)
         except Exception as exc:
             rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
-            loud(guard)
+            guard.__exit__(None, None, None)
+            t.busy = False
         return out
 
     def _inputs(self, fkey, prefix, api, args, kwargs, body, pending):
@@ -192,7 +201,7 @@ class ApiHooks:
         if not (rec.fwd and rec.inp):
             return
         enc = rec.encoder
-        files = enc.wants_files(fkey)
+        files = enc.some_files and enc.wants_files(fkey)
         ignore = _IGNORE.get((prefix, api)) if prefix in ("Distributed", "NPU") else None
         a = args
         kw = kwargs
@@ -213,7 +222,7 @@ class ApiHooks:
         rec = self.rec
         s = rec.session
         enc = rec.encoder
-        files = enc.wants_files(fkey)
+        files = enc.some_files and enc.wants_files(fkey)
         if rec.fwd and rec.outp:
             if prefix == "Distributed":
                 value = list(args) + list(kwargs.values())
@@ -229,7 +238,8 @@ class ApiHooks:
             rec.writer.send(Record(fkey, body, pending or None))
         if rec.construct:
             rec.writer.send(Construct(fkey, self._parent(stack)))
-        s.filters.finished(fkey)
+        if s.filters.active:
+            s.filters.finished(fkey)
         if rec.bwd and prefix != "Distributed":
             self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs, True)
 
@@ -243,14 +253,14 @@ class ApiHooks:
             p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
             if p == 0:
                 return
-        t = _first_tensor(out)
-        if t is not None and t.requires_grad and torch.is_grad_enabled() and t.grad_fn is not None:
-            t.grad_fn.register_hook(self._backward_hook(bkey, record))
-
-    def _backward_hook(self, bkey: str, record: bool = True):
-        # a partial of a method bound once: one object per call, not a closure's function, cells and tuple, which
-        # the garbage collector follows and, alive until the backward pass, promotes (see modules.ModuleHooks._bw_pre)
-        return partial(self._backward_body, bkey, record)
+        t = out if type(out) is _TENSOR else _first_tensor(out)
+        if t is not None and t.requires_grad and _grad_enabled():
+            node = t.grad_fn
+            if node is not None:
+                # a partial of a method bound once: one object per call, not a closure's function, cells and tuple,
+                # which the garbage collector follows and, alive until the backward pass, promotes (see
+                # modules.ModuleHooks._bw_pre)
+                node.register_hook(partial(self._backward_body, bkey, record))
 
     def _on_backward(self, bkey: str, record: bool, grad_inputs, grad_outputs) -> None:
         rec = self.rec
@@ -258,8 +268,9 @@ class ApiHooks:
             return None
         guard = quiet()
         try:
-            rec.place(bkey, tls.stack[-1] if tls.stack else None)
-            if record and rec.keep(bkey, []):
+            if rec.construct:
+                rec.place(bkey, tls.stack[-1] if tls.stack else None)
+            if record and (not rec.session.filters.active or rec.keep(bkey, [])):
                 rec.backward_record(bkey, grad_outputs, grad_inputs)
         except Exception as exc:
             rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)

@@ -21,6 +21,8 @@ class FakeTensor:
 
 
 class FakeEncoder:
+    some_files = False
+
     def __init__(self, fail_on: Optional[float] = None):
         self.fail_on = fail_on
 
