@@ -86,7 +86,7 @@ def worker(name: str, mode: str, iters: int, helper: str, dump: str, way: str = 
     import ctypes
 
     sys.path.insert(0, HERE)
-    from percall import tiny_model
+    from percall import floor_mode, tiny_model
 
     model, x = tiny_model()
     level = CONFIGS[name]
@@ -100,13 +100,7 @@ def worker(name: str, mode: str, iters: int, helper: str, dump: str, way: str = 
         debugger = PrecisionDebugger(config_path=dump + ".json")
         set_way(way)
     elif name == "floor":
-        from torch.overrides import TorchFunctionMode
-
-        class Through(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                return func(*args, **(kwargs or {}))
-
-        mode_ctx = Through()
+        mode_ctx = floor_mode()
 
     def body() -> None:
         model(x).sum().backward()

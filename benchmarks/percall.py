@@ -67,6 +67,17 @@ def tiny_model() -> tuple:
     return nn.Sequential(Block(), Block()), torch.randn(4, 4, requires_grad=True)
 
 
+def floor_mode():
+    """The floor: a TorchFunctionMode whose handler only calls through (what seeing every call costs)."""
+    from torch.overrides import TorchFunctionMode
+
+    class Through(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    return Through()
+
+
 def worker(tool: str, level: str, mode: str, iters: int, repeats: int, dump: str) -> None:
     model, x = tiny_model()
     debugger = None
@@ -79,15 +90,7 @@ def worker(tool: str, level: str, mode: str, iters: int, repeats: int, dump: str
         with open(dump + ".json", "w") as fh:
             json.dump(cfg, fh)
         debugger = PrecisionDebugger(config_path=dump + ".json")
-    mode_ctx = None
-    if tool == "floor":
-        from torch.overrides import TorchFunctionMode
-
-        class Through(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                return func(*args, **(kwargs or {}))
-
-        mode_ctx = Through()
+    mode_ctx = floor_mode() if tool == "floor" else None
 
     def body() -> None:
         model(x).sum().backward()
