@@ -354,7 +354,13 @@ class DumpWriter:
                     jf.stacks.add(sid)
                     self._jbuf.append(journal.frame(("stackdef", sid, text)))
                 self._jbuf.append(journal.frame(("stack", key, sid)))
-            self.send(Stack(key, known[1]))
+                if self._held:  # as send() does with a Stack: a held step's stacks are its journal's alone
+                    return
+            buf = self._buf  # send()'s queueing of a Stack, under the lock this holds
+            buf.append(Stack(key, known[1]))
+            if len(buf) >= _BATCH:
+                self._buf = []
+                self._q.put(buf)
 
     def _py_sig(self, f: Any) -> tuple:
         """The stack signature without the C extension: code ids and offsets down the stack. A loop's calls share
