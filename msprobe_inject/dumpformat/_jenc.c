@@ -111,8 +111,6 @@ has_suspect(const char *p, const char *end)
     return 0;
 }
 
-/* json.encoder.encode_basestring_ascii: printable ASCII but '"' and '\\' as is, the short escapes, the rest
- * as \uXXXX (lowercase hex; outside the BMP, a surrogate pair) */
 /* The text of short strings written before, by object: a body's keys and the values of its entries ("type",
  * "torch.Tensor", "dtype", "torch.float32", ...) are the same few objects in every record, and escaping one character
  * at a time, then scanning the token, cost more than the rest of a small body. A slot holds a reference to its
@@ -155,6 +153,8 @@ b_str(B *b, PyObject *s)
     return rc;
 }
 
+/* json.encoder.encode_basestring_ascii: printable ASCII but '"' and '\\' as is, the short escapes, the rest
+ * as \uXXXX (lowercase hex; outside the BMP, a surrogate pair) */
 static int
 b_str_escaped(B *b, PyObject *s)
 {
