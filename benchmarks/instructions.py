@@ -3,6 +3,8 @@ does not move with the machine's load (a wall-clock ratio on a shared 2-core mac
 
     python benchmarks/instructions.py [--only "none;floor;L1;mix;L0"] [--iters 100] [--mode statistics]
         [--baseline DIR] [--top 0] [--ways "no backward hook;no encoding;records not sent;no stacks"]
+    python benchmarks/instructions.py --only "none;module floor;L0;L0 flight;monitor"
+        [--ways "no param grads;no module backward;records not sent;no encoding"]
 
 Each configuration runs in its own process under ``valgrind --tool=callgrind --instr-atstart=no``: the model is built
 and warmed up (20 iterations unrecorded, 30 recorded) uninstrumented, then instrumentation starts, the debugger starts
@@ -10,7 +12,11 @@ a step, ``--iters`` iterations run, the debugger stops and the writer thread wri
 (``DumpWriter.flush``), and instrumentation stops. Every thread's instructions count (the writer thread's too: it
 holds the interpreter lock the training thread waits for). Figures: instructions per iteration, and per recorded call
 over "none" (the same loop without a tool), the calls being the configuration's forward records per iteration
-(API calls at L1, module calls at L0, both at mix). An instruction is not a nanosecond (a cache miss costs hundreds),
+(API calls at L1, module calls at L0, both at mix). "L0 flight" and "monitor" are ``overhead.py``'s configurations of
+those names (a flight recorder of 4 steps, triggered after the count so that its records can be counted; the monitor
+preset). The floors: "floor" a TorchFunctionMode that only calls through (the API levels'), "module floor" torch's
+global module forward pre-hook and hook and a hook on each parameter's gradient accumulation, all doing nothing (the
+module levels'). An instruction is not a nanosecond (a cache miss costs hundreds),
 but on this loop, whose data stay in cache, the two move together; the timed figures are ``percall.py``'s.
 
 --baseline DIR counts each configuration of ours again with another checkout's code (``git worktree add DIR REV``,
@@ -35,14 +41,17 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CONFIGS = {"none": None, "floor": None, "L1": "L1", "mix": "mix", "L0": "L0"}
-WAYS = ("no backward hook", "no encoding", "records not sent", "no stacks")
+# a configuration's level, and the settings it adds to the dump config (overhead.py's names)
+CONFIGS = {"none": None, "floor": None, "module floor": None, "L1": ("L1", {}), "mix": ("mix", {}), "L0": ("L0", {}),
+           "L0 flight": ("L0", {"flight_recorder": 4}), "monitor": ("L0", {"preset": "monitor"})}
+WAYS = ("no backward hook", "no encoding", "records not sent", "no stacks", "no param grads", "no module backward")
 
 
 def set_way(way: str) -> None:
     """call_parts.py's ways: one part of the recording replaced by a function that does nothing."""
     if not way:
         return
+    from msprobe_inject import recorder as R
     from msprobe_inject import writer as W
     from msprobe_inject.pytorch import apis, encode
 
@@ -62,7 +71,9 @@ def set_way(way: str) -> None:
     cls, name, fn = {"no backward hook": (apis.ApiHooks, "_register_backward", nothing),
                      "no encoding": (encode.Encoder, "encode", empty),
                      "records not sent": (W.DumpWriter, "send", records_not_sent),
-                     "no stacks": (W.DumpWriter, "stack", nothing)}[way]
+                     "no stacks": (W.DumpWriter, "stack", nothing),
+                     "no param grads": (R.Recorder, "param_grad", nothing),
+                     "no module backward": (R.Recorder, "module_backward", nothing)}[way]
     setattr(cls, name, fn)
 
 HELPER = r"""
@@ -89,18 +100,21 @@ def worker(name: str, mode: str, iters: int, helper: str, dump: str, way: str = 
     from percall import floor_mode, tiny_model
 
     model, x = tiny_model()
-    level = CONFIGS[name]
     debugger = mode_ctx = None
-    if level is not None:
+    if CONFIGS[name] is not None:
         from msprobe_inject.pytorch import PrecisionDebugger
 
-        cfg = {"task": "statistics", "dump_path": dump, "level": level, "statistics": {"summary_mode": mode}}
+        level, settings = CONFIGS[name]
+        cfg = {"task": "statistics", "dump_path": dump, "level": level, "statistics": {"summary_mode": mode},
+               **settings}
         with open(dump + ".json", "w") as fh:
             json.dump(cfg, fh)
         debugger = PrecisionDebugger(config_path=dump + ".json")
         set_way(way)
     elif name == "floor":
         mode_ctx = floor_mode()
+    elif name == "module floor":
+        module_floor(model)
 
     def body() -> None:
         model(x).sum().backward()
@@ -130,6 +144,23 @@ def worker(name: str, mode: str, iters: int, helper: str, dump: str, way: str = 
     cg.cg_stop()
     if debugger is not None:
         debugger.step()
+        if CONFIGS[name][1].get("flight_recorder"):  # the held steps written, so that their records can be counted
+            debugger.trigger("counting the records")
+            debugger.runtime.shutdown()
+
+
+def module_floor(model) -> None:
+    """The module levels' floor: what torch's global module hooks and a hook on each parameter's gradient
+    accumulation cost with bodies that do nothing (what seeing every module call and gradient costs)."""
+    from torch.nn.modules import module as mm
+
+    def nothing(*_a, **_k):
+        return None
+
+    mm.register_module_forward_pre_hook(nothing)
+    mm.register_module_forward_hook(nothing, always_call=True, with_kwargs=True)
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(nothing)
 
 
 def _writer(debugger):

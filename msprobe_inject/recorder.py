@@ -25,7 +25,7 @@ from .config import DumpConfig
 from .dumpformat import names, paths
 from .framework import Framework
 from .session import Session
-from .writer import Construct, Merge, Record
+from .writer import Construct, Merge, Record, made
 
 
 class ModuleFrame:
@@ -234,13 +234,13 @@ class Recorder:
     def record(self, key: str, body: Any, pending: Optional[list]) -> None:
         """A whole record body (replaces an earlier one of the same key)."""
         self.session.ensure_open()
-        self.writer.send(Record(key, body, pending or None))
+        self.writer.send(made(Record, (key, body, pending or None)))
 
     def merge(self, key: str, members: Dict[str, Any], pending: Optional[list], move: bool = False) -> None:
         """Members of a record; with move, the record takes its place at the end of the step (msprobe's
         position for a module forward: where the call completed)."""
         self.session.ensure_open()
-        self.writer.send(Merge(key, members, pending or None, move))
+        self.writer.send(made(Merge, (key, members, pending or None, move)))
 
     def place(self, key: str, parent: Any) -> None:
         """The record's parent in construct.json (levels L0 and mix with extra_info)."""
@@ -298,13 +298,14 @@ class Recorder:
             fkey = names.module_key(prefix, names.FORWARD, idx)
             stack = self.tls.stack
             parent = stack[-1] if stack else None
-            keep = self.keep(fkey, stack)
+            keep = s.filters.keep(fkey, stack) if s.filters.active else True
             stack.append(fkey)
             frame = ModuleFrame(fkey, idx, prefix, keep)
             # what follows opens the step's directory itself where it sends anything (a place, a merge, a stack),
             # and runs torch (quiet) only to encode inputs: a call that records only its outputs (the monitor
             # preset, data_mode output) does neither here
-            self.place(fkey, parent)
+            if self.construct:
+                self.place(fkey, parent)
             if keep and self.fwd:
                 if self.inp:
                     with self.fw.quiet():
@@ -314,7 +315,8 @@ class Recorder:
                                    "input_kwargs": enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
                                    if kwargs else {}}
                         self.merge(fkey, members, pending)
-                self.stack(fkey, 4)
+                if self.extra:
+                    self.stack(fkey, 4)
             return frame
         except Exception as exc:
             self.log(f"module pre-hook failed: {type(exc).__name__}: {exc}", fkey)
@@ -333,21 +335,23 @@ class Recorder:
                     stack.remove(fkey)
                 if frame.keep and self.fwd and (self.outp or self.inp and kwargs):
                     enc = self.encoder
+                    files = enc.some_files and enc.wants_files(fkey)
                     pending: list = []
                     members: Dict[str, Any] = {}
                     if self.inp and kwargs:
-                        members["input_kwargs"] = enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
+                        members["input_kwargs"] = enc.encode(dict(kwargs), pending,
+                                                             f"{fkey}.kwargs" if files else None)
                     if self.outp:
                         value = output if isinstance(output, (list, tuple)) and not hasattr(output, "_fields") \
                             else [output]
-                        members["output"] = enc.encode(list(value), pending, self.files(fkey, "output"))
+                        members["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
                     if self.params_on:
                         suffix = self.fw.file_suffix
-                        files = enc.wants_files(fkey)
                         members["parameters"] = {n: enc.tensor(p, pending, f"{fkey}.parameters.{n}{suffix}"
                                                                if files else None) for n, p in params().items()}
                     self.merge(fkey, members, pending, move=self.outp)
-                self.session.filters.finished(fkey)
+                if self.session.filters.active:
+                    self.session.filters.finished(fkey)
         except Exception as exc:
             self.log(f"module hook failed: {type(exc).__name__}: {exc}", frame.fkey)
 
@@ -403,7 +407,7 @@ class Recorder:
         if self.outp:
             body["output"] = enc.encode(list(grad_in or ()), pending, f"{bkey}.output" if files else None)
         self.session.ensure_open()
-        self.writer.send(Record(bkey, body, pending or None))
+        self.writer.send(made(Record, (bkey, body, pending or None)))
 
     # ---------------------------------------------------------------- parameter gradients
     def param_grad(self, prefix: str, pname: str, grad_of: Callable[[], Any]) -> None:
@@ -413,19 +417,19 @@ class Recorder:
             return
         try:
             with self.fw.quiet():
-                k = s.pgrad_index(prefix, pname)
-                key = names.param_grad_key(prefix, k)
-                if not self.keep(key, []):
+                key = names.param_grad_key(prefix, s.pgrad_index(prefix, pname))
+                if s.filters.active and not s.filters.keep(key, []):
                     return
                 grad = grad_of()
                 pending: list = []
                 enc = self.encoder
                 if isinstance(grad, self.fw.tensor_type):
                     entry = enc.tensor(grad, pending, f"{key}.{pname}{self.fw.file_suffix}"
-                                       if enc.wants_files(key) else None)
+                                       if enc.some_files and enc.wants_files(key) else None)
                 else:
                     entry = enc.encode(grad, pending, None)
-                self.merge(key, {pname: [entry]}, pending)
+                s.ensure_open()  # merge(), spelled out: one frame fewer per gradient
+                self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
         except Exception as exc:
             self.log(f"capture failed: {type(exc).__name__}: {exc}", f"{prefix[:-1]}.parameters_grad")
 

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..dumpformat import names
 from ..recorder import Recorder
-from ..writer import Construct, Record
+from ..writer import Construct, Record, made
 from . import apinames
 from .state import _NO_TF, loud, quiet, tls
 
@@ -235,7 +235,7 @@ class ApiHooks:
             body["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
         if rec.fwd:
             s.ensure_open()
-            rec.writer.send(Record(fkey, body, pending or None))
+            rec.writer.send(made(Record, (fkey, body, pending or None)))
         if rec.construct:
             rec.writer.send(Construct(fkey, self._parent(stack)))
         if s.filters.active:

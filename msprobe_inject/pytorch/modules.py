@@ -18,6 +18,8 @@ _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda
 _graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 _RAISED = object()  # torch calls an always_call hook without kwargs when forward raised
 _RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
+_ABSENT = object()
+_ref = weakref.ref
 
 
 try:
@@ -173,6 +175,7 @@ class ModuleHooks:
     def __init__(self, rec: Recorder):
         self.rec = rec
         self.names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+        self._named = self.names.data  # its dict, by weak reference
         self.md_prefix: Optional[str] = None  # module_dump(): the one module recorded
         self._acc: Dict[tuple, Any] = {}  # (module prefix, parameter) -> (AccumulateGrad node, handle, ref)
         self.handles: list = []
@@ -238,7 +241,7 @@ class ModuleHooks:
             tls.recompute += 1
             frames.append(_RECOMPUTE)
             return None
-        prefix = self.names.get(module)
+        prefix = self._named.get(_ref(module))  # self.names.get(module) without WeakKeyDictionary.get's frame
         if prefix is None:
             frames.append(None)
             try:
@@ -310,8 +313,17 @@ class ModuleHooks:
             return None
         rec.module_exit(frame, kwargs, output, lambda: dict(_own_parameters(module)))
         if rec.pgrads:
-            self._param_grad_hooks(module, frame.prefix)
-            if _compiled(module):
+            # at every forward of every module: the parameters hooked already (the same objects under the same
+            # names) are found here, without _param_grad_hooks's frames and collections
+            acc = self._acc
+            prefix = frame.prefix
+            for name, p in module._parameters.items():
+                if p is not None and p.requires_grad:
+                    prev = acc.get((prefix, name))
+                    if prev is None or prev[2]() is not p:
+                        self._param_grad_hooks(module, prefix)
+                        break
+            if type(module).__name__ == "OptimizedModule" and _compiled(module):
                 self._compiled_param_hooks(module)
         bw = frame.backward
         if bw is None or output is None:
@@ -375,7 +387,10 @@ class ModuleHooks:
 
         def grad_of():
             p = pref()
-            return None if p is None else (getattr(p, "main_grad", None) if hasattr(p, "main_grad") else p.grad)
+            if p is None:
+                return None
+            main = getattr(p, "main_grad", _ABSENT)  # Megatron's fp32 gradient, where the parameter has one
+            return p.grad if main is _ABSENT else main
 
         def hook(*_):
             if pref() is not None:

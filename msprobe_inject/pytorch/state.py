@@ -39,12 +39,16 @@ def loud(guard) -> None:
 
 
 class Quiet:
-    """quiet()/loud() as a context manager, for the recorder's bodies."""
+    """quiet()/loud() as a context manager, for the recorder's bodies: spelled out, not calling them (two
+    interpreter frames fewer per record)."""
 
     __slots__ = ("_guard",)
 
     def __enter__(self) -> None:
-        self._guard = quiet()
+        tls.busy = True
+        guard = self._guard = _NO_TF()
+        guard.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        loud(self._guard)
+        self._guard.__exit__(None, None, None)
+        tls.busy = False

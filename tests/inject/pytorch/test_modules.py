@@ -267,3 +267,50 @@ for step in range(2):
         assert set(d["Module.m.M.forward.0"]["parameters"]) == own, step
         log = os.path.join(rank_dir(str(tmp_path / "d"), step), "dump_error_info.log")
         assert not os.path.exists(log), open(log).read()
+
+
+def test_a_parameter_with_a_main_grad_is_recorded_by_it(tmp_path):
+    """Megatron keeps a parameter's gradient in its ``main_grad`` (fp32) buffer: the record is that one's, also
+    when it is None; a parameter without one is recorded by ``.grad``."""
+    code = PREAMBLE + """
+top = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+top[0].weight.main_grad = torch.full((3, 3), 2.0)
+top[0].bias.main_grad = None
+debugger = PrecisionDebugger(dump_path="d", level="L0")
+debugger.start(model=top)
+top(torch.randn(2, 3)).sum().backward()
+debugger.stop(); debugger.step()
+print("NORM", float(top[1].weight.grad.norm()))
+"""
+    proc = run_py(code, str(tmp_path))
+    d = load_dump(str(tmp_path / "d"))["data"]
+    first = d["Module.0.Linear.parameters_grad.0"]
+    assert first["weight"][0]["Norm"] == 6.0  # sqrt(9 * 2.0 ** 2)
+    assert first["bias"] == [None]
+    norm = float(proc.stdout.split("NORM")[1])
+    assert abs(d["Module.1.Linear.parameters_grad.0"]["weight"][0]["Norm"] - norm) < 1e-5
+
+
+def test_a_parameter_replaced_between_forwards_is_hooked_again_whatever_else_the_module_holds(tmp_path):
+    """FSDP2 swaps a module's parameters between forwards: each forward finds the new object under the old name
+    (the module's other parameters unchanged) and hooks it; the record holds the new parameter's gradient."""
+    code = PREAMBLE + """
+top = nn.Sequential(nn.Linear(3, 3))
+lin = top[0]
+x = torch.randn(2, 3)
+debugger = PrecisionDebugger(dump_path="d", level="L0")
+for step in range(3):
+    debugger.start(model=top)
+    top(x).sum().backward()
+    print("NORM", step, float(lin.weight.grad.norm()))
+    debugger.stop(); debugger.step()
+    with torch.no_grad():
+        lin.weight = nn.Parameter(lin.weight * 3.0)
+"""
+    proc = run_py(code, str(tmp_path))
+    norms = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("NORM"))
+    for step in (0, 1, 2):
+        d = load_dump(str(tmp_path / "d"), step=step)["data"]
+        grads = d["Module.0.Linear.parameters_grad.0"]
+        assert set(grads) == {"weight", "bias"}, (step, grads)
+        assert abs(grads["weight"][0]["Norm"] - float(norms[str(step)])) < 1e-4, step
