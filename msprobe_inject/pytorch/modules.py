@@ -20,6 +20,8 @@ _RAISED = object()  # torch calls an always_call hook without kwargs when forwar
 _RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
 _ABSENT = object()
 _ref = weakref.ref
+_TENSOR = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
 
 
 try:
@@ -61,8 +63,9 @@ def _hookable(t) -> bool:
 def _collect(item, out, depth=0):
     if depth > 32:
         return
-    if _hookable(item):
-        out.append(item)
+    if isinstance(item, _TENSOR):  # _hookable, spelled out: a frame fewer per value at every module call
+        if _grad_enabled() and item.requires_grad:
+            out.append(item)
     elif isinstance(item, (list, tuple)):
         for v in item:
             _collect(v, out, depth + 1)
@@ -140,6 +143,11 @@ class _ModuleBackward:
         if node is None:
             return value
         node.register_prehook(fn)
+        if len(hooked) == 1:  # the common cases without _rebuild's frames: one tensor, or a tuple of one
+            if value is t:
+                return hooked[0]
+            if type(value) is tuple and len(value) == 1 and value[0] is t:
+                return hooked
         try:
             return _rebuild(value, iter(hooked))
         except Exception:

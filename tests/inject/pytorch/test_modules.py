@@ -228,7 +228,8 @@ print("GRAD", m.sp.w.grad.tolist())
 def test_parameter_gradients_are_those_of_the_modules_own_parameters_at_each_forward(tmp_path):
     """A module's records name each of its own parameters once, as named_parameters(recurse=False) yields them:
     no None, a parameter registered under two names once (and the gradient record no frozen one); a parameter
-    replaced between forwards (as FSDP2 swaps them) is hooked again, its gradient recorded, the old one's no more."""
+    replaced between forwards (as FSDP2 swaps them) is hooked again, its gradient recorded, the old one's no more,
+    whether or not the module holds the old one under another name (``lin``: its other parameter unchanged)."""
     code = PREAMBLE + """
 class M(nn.Module):
     def __init__(self):
@@ -243,26 +244,31 @@ class M(nn.Module):
 
 top = nn.Sequential()
 top.m = M()
-m = top.m
+top.lin = nn.Linear(3, 3)
+m, lin = top.m, top.lin
 x = torch.randn(2, 3)
 debugger = PrecisionDebugger(dump_path="d", level="L0")
 for step in range(2):
     debugger.start(model=top)
     top(x).sum().backward()
-    print("NORM", step, float(m.w.grad.norm()))
+    print("NORM", step, float(m.w.grad.norm()), float(lin.weight.grad.norm()))
     debugger.stop(); debugger.step()
     with torch.no_grad():
         m.w = nn.Parameter(m.w * 3.0)  # a new object under the same name (and alias keeps the old one)
+        lin.weight = nn.Parameter(lin.weight * 3.0)
 """
     proc = run_py(code, str(tmp_path))
-    norms = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("NORM"))
+    norms = {line.split()[1]: line.split()[2:] for line in proc.stdout.splitlines() if line.startswith("NORM")}
     for step in (0, 1):
         d = load_dump(str(tmp_path / "d"), step=step)["data"]
         grads = {k: v for k, v in d.items() if ".parameters_grad." in k}
-        assert list(grads) == ["Module.m.M.parameters_grad.0"], (step, list(grads))
+        assert set(grads) == {"Module.m.M.parameters_grad.0", "Module.lin.Linear.parameters_grad.0"}, (step, grads)
         # step 1: w is the new parameter, alias the old one, unused in forward: no gradient
         assert set(grads["Module.m.M.parameters_grad.0"]) == {"w"}, (step, grads)
-        assert abs(grads["Module.m.M.parameters_grad.0"]["w"][0]["Norm"] - float(norms[str(step)])) < 1e-4
+        assert abs(grads["Module.m.M.parameters_grad.0"]["w"][0]["Norm"] - float(norms[str(step)][0])) < 1e-4
+        assert set(grads["Module.lin.Linear.parameters_grad.0"]) == {"weight", "bias"}, (step, grads)
+        got = grads["Module.lin.Linear.parameters_grad.0"]["weight"][0]["Norm"]
+        assert abs(got - float(norms[str(step)][1])) < 1e-4, step
         own = {"w", "frozen"} | ({"alias"} if step else set())  # frozen too; alias, once another object
         assert set(d["Module.m.M.forward.0"]["parameters"]) == own, step
         log = os.path.join(rank_dir(str(tmp_path / "d"), step), "dump_error_info.log")
@@ -290,27 +296,3 @@ print("NORM", float(top[1].weight.grad.norm()))
     norm = float(proc.stdout.split("NORM")[1])
     assert abs(d["Module.1.Linear.parameters_grad.0"]["weight"][0]["Norm"] - norm) < 1e-5
 
-
-def test_a_parameter_replaced_between_forwards_is_hooked_again_whatever_else_the_module_holds(tmp_path):
-    """FSDP2 swaps a module's parameters between forwards: each forward finds the new object under the old name
-    (the module's other parameters unchanged) and hooks it; the record holds the new parameter's gradient."""
-    code = PREAMBLE + """
-top = nn.Sequential(nn.Linear(3, 3))
-lin = top[0]
-x = torch.randn(2, 3)
-debugger = PrecisionDebugger(dump_path="d", level="L0")
-for step in range(3):
-    debugger.start(model=top)
-    top(x).sum().backward()
-    print("NORM", step, float(lin.weight.grad.norm()))
-    debugger.stop(); debugger.step()
-    with torch.no_grad():
-        lin.weight = nn.Parameter(lin.weight * 3.0)
-"""
-    proc = run_py(code, str(tmp_path))
-    norms = dict(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("NORM"))
-    for step in (0, 1, 2):
-        d = load_dump(str(tmp_path / "d"), step=step)["data"]
-        grads = d["Module.0.Linear.parameters_grad.0"]
-        assert set(grads) == {"weight", "bias"}, (step, grads)
-        assert abs(grads["weight"][0]["Norm"] - float(norms[str(step)])) < 1e-4, step
