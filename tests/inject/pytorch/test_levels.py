@@ -33,3 +33,14 @@ def test_mix_construct_hierarchy_and_optimizer(tmp_path):
     assert construct["Functional.relu.0.forward"] is None
     assert construct.get("optimizer", "absent") is None
     assert any(v == "optimizer" for v in construct.values())
+
+
+def test_l0_tensor_files_are_named_as_msprobe_names_them(tmp_path):
+    dump = run_config(tmp_path, level="L0", task="tensor")
+    files = set(os.listdir(os.path.join(rank_dir(dump), "dump_tensor_data")))
+    fc1 = {f for f in files if f.startswith("Module.fc1.")}
+    assert fc1 == {"Module.fc1.Linear.forward.0.input.0.pt", "Module.fc1.Linear.forward.0.output.0.pt",
+                   "Module.fc1.Linear.forward.0.parameters.weight.pt",
+                   "Module.fc1.Linear.forward.0.parameters.bias.pt",
+                   "Module.fc1.Linear.parameters_grad.0.weight.pt", "Module.fc1.Linear.parameters_grad.0.bias.pt",
+                   "Module.fc1.Linear.backward.0.input.0.pt"}, sorted(fc1)  # its input's gradient is None: no file
