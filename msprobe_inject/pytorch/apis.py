@@ -19,13 +19,12 @@ from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Record, made
 from . import apinames
-from .state import _NO_TF, loud, quiet, tls
+from .state import _NO_TF, COMPILER, dynamo_compiling, loud, quiet, tls
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _FunctionType = type(lambda: None)
 _TENSOR = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def _first_tensor(value):
@@ -58,7 +57,8 @@ class DumpMode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
-        if _is_compiling():  # first: dynamo traces this method, and a set of any callables is nothing it guards
+        # first: dynamo traces this method, and a set of any callables is nothing it guards
+        if dynamo_compiling() or COMPILER._is_compiling_flag:
             return func(*args, **kwargs)
         try:
             if func in self.never:

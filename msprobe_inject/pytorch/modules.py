@@ -11,10 +11,9 @@ import torch
 
 from ..dumpformat import names
 from ..recorder import ModuleFrame, Recorder
-from .state import tls
+from .state import COMPILER, dynamo_compiling, tls
 
 _STRIDED = torch.strided
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 _graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 _RAISED = object()  # torch calls an always_call hook without kwargs when forward raised
 _RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
@@ -235,7 +234,7 @@ class ModuleHooks:
     # ---- forward ----
     def _pre(self, module, args):
         rec = self.rec
-        if tls.busy or rec.forked or _is_compiling():
+        if tls.busy or rec.forked or dynamo_compiling() or COMPILER._is_compiling_flag:
             return None
         depth = tls.depth
         tls.depth = depth + 1
@@ -299,7 +298,7 @@ class ModuleHooks:
 
     def _closing(self, module, args, kwargs, output):
         rec = self.rec
-        if tls.busy or rec.forked or _is_compiling():
+        if tls.busy or rec.forked or dynamo_compiling() or COMPILER._is_compiling_flag:
             return None
         raised = output is _RAISED
         tls.depth = max(0, tls.depth - 1)

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import threading
+import types
 from typing import Any, List
 
 import torch
 
 _NO_TF = torch._C.DisableTorchFunction
+
+# Whether a hook runs inside torch.compile's or export's tracing, asked as ``dynamo_compiling() or
+# COMPILER._is_compiling_flag`` at every hook: torch.compiler.is_compiling() is two interpreter frames (it asks
+# torch.jit.is_scripting() first), these one frame and an attribute read. Dynamo folds is_dynamo_compiling() to True
+# where it traces a hook, so it never reads the flag there (a guard on it would recompile); the flag is what
+# non-strict export and a compile session's other tracing (AOTAutograd, make_fx) set.
+_compiler = getattr(torch, "compiler", None)
+if hasattr(_compiler, "is_dynamo_compiling") and hasattr(_compiler, "_is_compiling_flag"):
+    dynamo_compiling = _compiler.is_dynamo_compiling
+    COMPILER: Any = _compiler
+else:  # another torch: its own question, and no flag of its own to read
+    dynamo_compiling = getattr(_compiler, "is_compiling", lambda: False)
+    COMPILER = types.SimpleNamespace(_is_compiling_flag=False)
 
 
 class ThreadState(threading.local):

@@ -95,3 +95,29 @@ def test_out_argument_is_an_output_recorded_after_the_call(tmp_path):
     assert "out" not in rec["input_kwargs"], rec["input_kwargs"]
     assert rec["output"][0]["Max"] == pytest.approx(ref)
     assert "first NaN" not in proc.stderr
+
+
+def test_non_strict_export_is_traced_without_the_tools_hooks(tmp_path):
+    """torch.export's non-strict tracing runs the model's Python with the module and API hooks on: they step aside
+    (torch marks the tracing as compiling, not as dynamo's), so the exported graph holds the model's ops alone and the
+    step records the eager calls only."""
+    code = PREAMBLE + """
+debugger = PrecisionDebugger(dump_path="d", level="mix")
+m = Net()
+x = torch.randn(3, 4, requires_grad=True)
+debugger.start(model=m)
+ep = torch.export.export(m, (x,), strict=False)
+m(x).sum().backward()
+debugger.stop(); debugger.step()
+print("TARGETS", json.dumps(sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})))
+print("SAME", bool(torch.equal(ep.module()(x), m(x))))
+"""
+    proc = run_py(code, str(tmp_path), timeout=240)
+    targets = json.loads(proc.stdout.split("TARGETS")[1].splitlines()[0])
+    assert targets == ["aten.linear.default", "aten.relu.default"], targets
+    assert "SAME True" in proc.stdout
+    d = load_dump(str(tmp_path / "d"), step=0)["data"]
+    assert [k for k in d if k.endswith("forward") or k.endswith("forward.0")] == [
+        "Functional.linear.0.forward", "Module.fc1.Linear.forward.0", "Functional.relu.0.forward",
+        "Functional.linear.1.forward", "Module.fc2.Linear.forward.0", "Tensor.sum.0.forward"], list(d)
+    assert not [f for _, _, fs in os.walk(str(tmp_path / "d")) for f in fs if f == "dump_error_info.log"]
