@@ -285,9 +285,42 @@ refuse:
     Py_RETURN_FALSE;
 }
 
+/* frame(op) -> bytes: op's frame (its 4-byte length, then op in marshal's format) as journal.frame builds it, for
+ * the frames that wait for the next record's put (a call's stack and construct place): the writer above into a
+ * buffer on the stack, marshal's own where that does not take op or it does not fit; ValueError as marshal's. */
+#define FRAME_BUF 2048
+
+static PyObject *
+jframe(PyObject *self, PyObject *op)
+{
+    char buf[FRAME_BUF];
+    W w = {buf + 4, buf + FRAME_BUF};
+    if (w_obj(&w, op, 0) == 0) {
+        put_len(buf, (uint32_t)(w.p - buf - 4));
+        return PyBytes_FromStringAndSize(buf, w.p - buf);
+    }
+    PyObject *m = PyMarshal_WriteObjectToString(op, 4);
+    if (m == NULL)
+        return NULL;
+    Py_ssize_t nb = PyBytes_GET_SIZE(m);
+    if (nb > (Py_ssize_t)UINT32_MAX) {
+        Py_DECREF(m);
+        PyErr_SetString(PyExc_ValueError, "journal frame too large");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, nb + 4);
+    if (out != NULL) {
+        put_len(PyBytes_AS_STRING(out), (uint32_t)nb);
+        memcpy(PyBytes_AS_STRING(out) + 4, PyBytes_AS_STRING(m), nb);
+    }
+    Py_DECREF(m);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
+    {"frame", (PyCFunction)jframe, METH_O, "frame(op) -> bytes: op's journal frame (journal.frame)."},
     {NULL, NULL, 0, NULL},
 };
 

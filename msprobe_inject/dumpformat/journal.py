@@ -37,9 +37,11 @@ from .encoding import encode
 from .nonfinite import has_nonfinite
 
 try:  # the append in one C call (see _jput.c); without a C compiler, the same in Python
-    from ._jput import put as _put
+    from . import _jput
 except ImportError:  # pragma: no cover
-    _put = None
+    _jput = None
+_put = getattr(_jput, "put", None)
+_cframe = getattr(_jput, "frame", None)
 
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only
 _LEN = struct.Struct("<I")
@@ -48,10 +50,15 @@ END_LINE = b'{"op": "end"}\n'  # version 2's end line
 _TAIL = 4096
 
 
-def frame(op: tuple) -> bytes:
+def _pyframe(op: tuple) -> bytes:
     """One journal operation as bytes; ValueError when marshal does not take a value in it."""
     b = marshal.dumps(op, _MARSHAL)
     return _LEN.pack(len(b)) + b
+
+
+# in one C call where the extension is built (no interpreter frame, no marshal reference table; marshal.loads reads
+# its frames as it reads _pyframe's): a call's stack and construct frames are built at every recorded call
+frame: Callable[[tuple], bytes] = _cframe if _cframe is not None else _pyframe
 
 
 END = frame(("end",))

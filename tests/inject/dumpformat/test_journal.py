@@ -195,3 +195,33 @@ def test_the_c_append_writes_what_the_python_append_writes(tmp_path, monkeypatch
     for key, value in values.items():
         assert repr(got[key]) == repr(value), key
         assert type(got[key]) is type(value), key
+
+
+def test_the_c_frame_reads_back_as_the_python_frame():
+    """journal.frame in one C call (the stack and construct frames a recorded call leaves for the next record's
+    append) gives frames that decode as marshal.dumps' do, with their length first, a large one through marshal's
+    own writer, and ValueError for what marshal does not take."""
+    import marshal
+
+    import pytest
+
+    from msprobe_inject.dumpformat import journal
+
+    if journal._cframe is None:
+        pytest.skip("the C frame is not built here")
+
+    class Num(float):
+        pass
+
+    lines = tuple(f"File train.py, line {i}, in step, \n loss = model(x)  # {i}" for i in range(400))
+    ops = [("end",), ("stack", "Module.fc1.Linear.forward.0", 12), ("construct", "Functional.relu.0.forward", None),
+           ("construct", "Module.fc1.Linear.backward.0", "Module.fc2.Linear.backward.0"), ("stackdef", 3, lines),
+           ("stackdef", 4, ("résumé ∑ 数据", "\udcff")), ("set", "k", {"Max": 1.5, "shape": [4, 4], "n": 2**40})]
+    for op in ops:
+        got = journal.frame(op)
+        assert int.from_bytes(got[:4], "little") == len(got) - 4, op[0]
+        assert repr(marshal.loads(got[4:])) == repr(marshal.loads(journal._pyframe(op)[4:])) == repr(op), op[0]
+    assert len(journal.frame(ops[4])) > 2048  # past the C writer's buffer
+    for bad in (("stack", object(), 1), ("construct", "k", Num(1.0))):
+        with pytest.raises(ValueError):
+            journal.frame(bad)
