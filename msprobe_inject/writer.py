@@ -289,7 +289,8 @@ class DumpWriter:
                     if self._held and not ev.pending and not self._triggers_see(ev, t):
                         return
                 elif t is Construct:  # goes with the next record: that of this module's call or of one inside it
-                    self._jbuf.append(journal.record_frame("construct", ev.key, ev.parent))
+                    # key and parent are names (str, or a None parent): marshal takes them, no JSON fallback needed
+                    self._jbuf.append(journal.frame(("construct", ev.key, ev.parent)))
                     if self._held:
                         return
                 elif t is Stack and self._held:
