@@ -330,7 +330,7 @@ class ModuleHooks:
                     if prev is None or prev[2]() is not p:
                         self._param_grad_hooks(module, prefix)
                         break
-            if type(module).__name__ == "OptimizedModule" and _compiled(module):
+            if _compiled(module):
                 self._compiled_param_hooks(module)
         bw = frame.backward
         if bw is None or output is None:
