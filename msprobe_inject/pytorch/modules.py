@@ -55,14 +55,11 @@ def _own_parameters(module) -> List[tuple]:
     return own
 
 
-def _hookable(t) -> bool:
-    return isinstance(t, torch.Tensor) and torch.is_grad_enabled() and t.requires_grad
-
-
 def _collect(item, out, depth=0):
+    """The tensors of item that a backward hook can see (requiring grad, in grad mode), in _rebuild's order."""
     if depth > 32:
         return
-    if isinstance(item, _TENSOR):  # _hookable, spelled out: a frame fewer per value at every module call
+    if isinstance(item, _TENSOR):
         if _grad_enabled() and item.requires_grad:
             out.append(item)
     elif isinstance(item, (list, tuple)):
@@ -73,24 +70,27 @@ def _collect(item, out, depth=0):
             _collect(v, out, depth + 1)
 
 
-def _rebuild(item, it, depth=0):
-    if type(item) is tuple and depth <= 32:  # first: a module's positional inputs pass here on every call
-        return tuple([_rebuild(v, it, depth + 1) for v in item])
-    if _hookable(item):
-        return next(it)
+def _rebuild(item, pending, depth=0):
+    """item with each tensor _collect gathered replaced by its hooked twin. pending: the (gathered, hooked) pairs,
+    the next one last. A value is replaced when it is the next one gathered, so which tensors are hooked is
+    decided in _collect alone."""
     if depth > 32:
         return item
+    if type(item) is tuple:  # first: a module's positional inputs pass here on every call
+        return tuple([_rebuild(v, pending, depth + 1) for v in item])
+    if pending and item is pending[-1][0]:
+        return pending.pop()[1]
     if isinstance(item, list):
-        return [_rebuild(v, it, depth + 1) for v in item]
+        return [_rebuild(v, pending, depth + 1) for v in item]
     if isinstance(item, tuple):
         if hasattr(item, "_fields"):
-            return type(item)(*[_rebuild(v, it, depth + 1) for v in item])
-        return type(item)(_rebuild(v, it, depth + 1) for v in item)
+            return type(item)(*[_rebuild(v, pending, depth + 1) for v in item])
+        return type(item)(_rebuild(v, pending, depth + 1) for v in item)
     if isinstance(item, dict):
         if type(item) is dict:
-            return {k: _rebuild(v, it, depth + 1) for k, v in item.items()}
+            return {k: _rebuild(v, pending, depth + 1) for k, v in item.items()}
         for k in list(item.keys()):  # ModelOutput and other mappings: in place, as msprobe does
-            item[k] = _rebuild(item[k], it, depth + 1)
+            item[k] = _rebuild(item[k], pending, depth + 1)
         return item
     return item
 
@@ -148,7 +148,7 @@ class _ModuleBackward:
             if type(value) is tuple and len(value) == 1 and value[0] is t:
                 return hooked
         try:
-            return _rebuild(value, iter(hooked))
+            return _rebuild(value, list(zip(tensors, hooked))[::-1])
         except Exception:
             return value
 

@@ -21,7 +21,7 @@ def _reference(module, hook, pre):
         tensors: list = []
         _collect(value, tensors)
         hooked = tuple([_fix_view(h) for h in setup(tuple(tensors))])
-        return _rebuild(value, iter(hooked)) if tensors else value
+        return _rebuild(value, list(zip(tensors, hooked))[::-1]) if tensors else value
 
     return bw, lambda a: through(bw.setup_input_hook, a), lambda o: through(bw.setup_output_hook, o)
 
@@ -136,6 +136,36 @@ def test_hooks_get_what_backward_hook_gives(retain):
         assert _same(r, g), (r, g)
     for n in plain:  # the training's gradients are untouched
         assert torch.equal(grads[n], plain[n]) and torch.equal(ref_grads[n], plain[n])
+
+
+def test_rebuild_hands_back_exactly_the_tensors_collect_gathered_in_their_places():
+    """Which values a module's backward capture hooks is decided in _collect alone: _rebuild puts each hooked twin
+    where its tensor was, through lists, named tuples, dicts and mappings, and leaves the rest (a tensor without
+    grad, a tensor past the depth limit, other values) as it was."""
+    from collections import OrderedDict, namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+    a, b = torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)
+    plain = torch.zeros(2)
+    deep = b
+    for _ in range(32):  # b one level past the depth _collect looks to
+        deep = [deep]
+    value = (a, [plain, Pair(b, 7)], {"x": a, "y": "s"}, deep, OrderedDict(z=b))
+    tensors: list = []
+    _collect(value, tensors)
+    assert [t is a for t in tensors] == [True, False, True, False]
+    hooked = [t * 1 for t in tensors]
+    got = _rebuild(value, list(zip(tensors, hooked))[::-1])
+    assert got[0] is hooked[0] and got[1][0] is plain and got[1][1].a is hooked[1] and got[1][1].b == 7
+    assert type(got[1][1]) is Pair and got[2] == {"x": hooked[2], "y": "s"} and got[4]["z"] is hooked[3]
+    inner = got[3]
+    for _ in range(32):
+        inner = inner[0]
+    assert inner is b  # past _collect's depth: not gathered, not replaced
+    with torch.no_grad():
+        tensors = []
+        _collect(value, tensors)
+    assert tensors == []  # outside grad mode no backward hook can see a value
 
 
 def test_single_tensors_take_the_view_and_others_the_function():
