@@ -30,8 +30,10 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
     hooks = modules.ModuleHooks
     for m in ("_pre", "_post", "_post_nokw"):  # bound when the debugger installs them: wrapped before
         setattr(hooks, m, timed(getattr(hooks, m), tool))
-    for m in ("_param_grad_hook", "_bw_hook", "_bw_pre"):  # factories of the per-site hooks
-        setattr(hooks, m, (lambda make: lambda self, *a: timed(make(self, *a), tool))(getattr(hooks, m)))
+    make = hooks._param_grad_hook  # the factory of the per-parameter hooks
+    hooks._param_grad_hook = lambda self, *a: timed(make(self, *a), tool)
+    for m in ("_bw_pre_body", "_bw_hook_body"):  # a module call's backward hooks are partials of these, bound at init
+        setattr(hooks, m, timed(getattr(hooks, m), tool))
     debugger = debugger_for(name, tmp)
     for m in ("start", "stop", "step"):
         setattr(debugger, m, timed(getattr(debugger, m), tool))

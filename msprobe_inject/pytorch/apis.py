@@ -259,7 +259,7 @@ class ApiHooks:
             if node is not None:
                 # a partial of a method bound once: one object per call, not a closure's function, cells and tuple,
                 # which the garbage collector follows and, alive until the backward pass, promotes (see
-                # modules.ModuleHooks._bw_pre)
+                # modules.ModuleHooks' backward)
                 node.register_hook(partial(self._backward_body, bkey, record))
 
     def _on_backward(self, bkey: str, record: bool, grad_inputs, grad_outputs) -> None:

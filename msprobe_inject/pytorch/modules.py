@@ -103,7 +103,7 @@ class _ModuleBackward:
     in, then ``hook(module, grad_input, grad_output)``, with the tuples torch's ``BackwardHook`` gives.
 
     A single plain tensor passes through an alias (a C++ autograd node) with a node pre-hook; several
-    tensors, or a subclass, through ``BackwardHookFunction`` as in torch. The view costs a tenth of the
+    tensors, or a subclass, through ``BackwardHookFunction`` as in torch. The alias costs a tenth of the
     Python Function ``BackwardHook`` applies to every module input and output."""
 
     __slots__ = ("module", "hook", "pre", "grad_out", "n_in")
@@ -189,7 +189,7 @@ class ModuleHooks:
         self._acc: Dict[tuple, Any] = {}  # (module prefix, parameter) -> (AccumulateGrad node, handle, ref)
         self.handles: list = []
         self._compiled_done: set = set()  # ids of compiled modules whose submodules' gradients are hooked
-        self._pre_body = self._bw_pre_body  # bound once (see _bw_pre)
+        self._pre_body = self._bw_pre_body  # bound once (see "backward" below)
         self._hook_body = self._bw_hook_body
 
     def install(self) -> None:
@@ -273,7 +273,7 @@ class ModuleHooks:
         tls.busy = True  # not quiet: the hooked tensors go back to the user, subclasses intact
         try:
             bkey = frame.bkey
-            bw = _ModuleBackward(module, self._bw_hook(bkey), self._bw_pre(bkey))
+            bw = _ModuleBackward(module, partial(self._hook_body, bkey), partial(self._pre_body, bkey))
             hooked = bw.inputs(args)
             frame.backward = bw
             return hooked if hooked is not args else None
@@ -351,13 +351,7 @@ class ModuleHooks:
     # A call's hooks are partials of methods bound once: one object each, whose arguments (a str) the garbage
     # collector stops following at its first pass, where a closure is a function, its cells and their tuple, all
     # followed and, alive until the backward pass, promoted to the older generations (whose growth sets off full
-    # collections of the whole process).
-    def _bw_pre(self, bkey: str):
-        return partial(self._pre_body, bkey)
-
-    def _bw_hook(self, bkey: str):
-        return partial(self._hook_body, bkey)
-
+    # collections of the whole process). Made in _pre itself: a factory method is a frame per hook and call.
     def _bw_pre_body(self, bkey: str, module, grad_output) -> None:
         self.rec.module_backward_pre(bkey)
 
