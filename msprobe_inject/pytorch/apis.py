@@ -19,7 +19,7 @@ from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Record, made
 from . import apinames
-from .state import _NO_TF, COMPILER, dynamo_compiling, loud, quiet, tls
+from .state import _NO_TF, COMPILER, Quiet, dynamo_compiling, tls
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _FunctionType = type(lambda: None)
@@ -153,21 +153,19 @@ class ApiHooks:
             out = rec.call_through(func, args, kwargs, base)
             if rec.construct and rec.level == "mix":
                 # msprobe records the tree position of filtered APIs too
-                guard = quiet()
-                try:
-                    s.ensure_open()
-                    rec.writer.send(Construct(fkey, self._parent(stack)))
-                    self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs,
-                                            False)
-                except Exception as exc:
-                    rec.log(f"construct capture failed: {exc}", fkey)
-                finally:
-                    loud(guard)
+                with Quiet():
+                    try:
+                        s.ensure_open()
+                        rec.writer.send(Construct(fkey, self._parent(stack)))
+                        self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
+                                                kwargs, False)
+                    except Exception as exc:
+                        rec.log(f"construct capture failed: {exc}", fkey)
             return out
         body: Dict[str, Any] = {}
         pending: list = []
         t = tls
-        t.busy = True  # quiet() and loud(), spelled out: four calls fewer per recorded call
+        t.busy = True  # Quiet, spelled out: four calls fewer per recorded call
         guard = _NO_TF()
         guard.__enter__()
         try:
@@ -266,16 +264,14 @@ class ApiHooks:
         rec = self.rec
         if tls.busy or rec.forked or rec.session.ended:
             return None
-        guard = quiet()
-        try:
-            if rec.construct:
-                rec.place(bkey, tls.stack[-1] if tls.stack else None)
-            if record and (not rec.session.filters.active or rec.keep(bkey, [])):
-                rec.backward_record(bkey, grad_outputs, grad_inputs)
-        except Exception as exc:
-            rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
-        finally:
-            loud(guard)
+        with Quiet():
+            try:
+                if rec.construct:
+                    rec.place(bkey, tls.stack[-1] if tls.stack else None)
+                if record and (not rec.session.filters.active or rec.keep(bkey, [])):
+                    rec.backward_record(bkey, grad_outputs, grad_inputs)
+            except Exception as exc:
+                rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
         return None
 
     def call_custom(self, func, prefix: str, api: str, args, kwargs):

@@ -38,23 +38,9 @@ class ThreadState(threading.local):
 tls = ThreadState()
 
 
-def quiet():
-    """Enter the tool's own tensor work: our calls skip torch-function handling (the dump mode's Python
-    handler costs microseconds per attribute read in hooks that run while it is pushed)."""
-    tls.busy = True
-    guard = _NO_TF()
-    guard.__enter__()
-    return guard
-
-
-def loud(guard) -> None:
-    guard.__exit__(None, None, None)
-    tls.busy = False
-
-
 class Quiet:
-    """quiet()/loud() as a context manager, for the recorder's bodies: spelled out, not calling them (two
-    interpreter frames fewer per record)."""
+    """The tool's own tensor work: hooks pass straight through (busy) and our calls skip torch-function handling
+    (the dump mode's Python handler costs microseconds per attribute read in hooks that run while it is pushed)."""
 
     __slots__ = ("_guard",)
 
