@@ -199,7 +199,7 @@ class ApiHooks:
         if not (rec.fwd and rec.inp):
             return
         enc = rec.encoder
-        files = enc.some_files and enc.wants_files(fkey)
+        files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, asked once for both stems
         ignore = _IGNORE.get((prefix, api)) if prefix in ("Distributed", "NPU") else None
         a = args
         kw = kwargs
@@ -220,7 +220,7 @@ class ApiHooks:
         rec = self.rec
         s = rec.session
         enc = rec.encoder
-        files = enc.some_files and enc.wants_files(fkey)
+        files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, spelled out: a frame per API call
         if rec.fwd and rec.outp:
             if prefix == "Distributed":
                 value = list(args) + list(kwargs.values())
