@@ -627,7 +627,10 @@ def _f32_strided(t: torch.Tensor) -> Optional[tuple]:
     ones; the mean torch's over t itself, as on torch's path. None: torch's path."""
     c = t.contiguous()
     if type(c) is _TENSOR and not c.is_neg():
-        r = _fast_f32(c.data_ptr(), c.numel())
+        try:
+            r = _fast_f32(c.data_ptr(), c.numel())
+        except RuntimeError:  # no storage of its own to read (a torch.func transform's tensor): torch's reductions
+            return None
         if _isfinite(r[2]):
             return (r[0], r[1], t.mean().item(), _sqrt(r[2])), READY
     return None  # NaN/Inf: torch's reductions, for its semantics
@@ -642,7 +645,10 @@ def _constant_f32(t: torch.Tensor) -> Optional[tuple]:
     torch's mean over the view: the same figures), then looked up. None: the other paths."""
     if t.is_neg() or type(t) is not _TENSOR and type(t) is not _PARAM:
         return None
-    v = _fast_f32(t.data_ptr(), 1)[0]
+    try:
+        v = _fast_f32(t.data_ptr(), 1)[0]
+    except RuntimeError:  # as in _f32_strided
+        return None
     if v != v:
         return None
     n = t.numel()

@@ -142,3 +142,45 @@ def test_structure_task_writes_shapes_not_values(tmp_path):
     leaf = d["data"]["Functional.linear.0.forward"]["input_args"][0]
     assert leaf == {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [5, 4], "requires_grad": False}
     assert json.load(open(os.path.join(rank_dir(dump), "construct.json")))
+
+
+def test_a_torch_func_transforms_tensors_get_their_statistics(tmp_path):
+    """Inside torch.func.grad every tensor is a wrapper without storage of its own. The gradient of a sum is such a
+    wrapper with all strides 0, whose statistics the kernel's constant path read through its data pointer: it was
+    skipped with an error. Its statistics, and every other record of the transformed call, are those of the same call
+    run eagerly (the Norm to float32's precision: torch's reduction over the wrapper, the kernel's over the plain
+    tensor), and nothing is logged."""
+    code = PREAMBLE + """
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+x = torch.randn(3, 4)
+params = dict(m.named_parameters())
+
+def loss(p, x):
+    return torch.func.functional_call(m, p, (x,)).sum()
+
+debugger = PrecisionDebugger(dump_path="d", level="L0")
+debugger.start(model=m)
+grads = torch.func.grad(loss)(params, x)  # the calls .0
+m(x).sum().backward()  # the calls .1: the same values, eagerly
+debugger.stop(); debugger.step()
+print("SAME", all(torch.equal(grads[k], p.grad) for k, p in m.named_parameters()))
+"""
+    proc = run_py(code, str(tmp_path))
+    assert "SAME True" in proc.stdout
+    d = load_dump(str(tmp_path / "d"))["data"]
+    assert not os.path.exists(os.path.join(rank_dir(str(tmp_path / "d")), "dump_error_info.log"))
+    assert d["Module.2.Linear.backward.0"]["input"][0]["Max"] == 1.0  # the sum's gradient: ones, broadcast
+    compared = 0
+    for key in d:
+        if not key.endswith(".0") or ".parameters_grad." in key:
+            continue
+        eager = list(leaves(d[key[:-2] + ".1"]))
+        transformed = list(leaves(d[key]))
+        assert len(transformed) == len(eager) > 0, key
+        for got, want in zip(transformed, eager):
+            exact = ("shape", "Max", "Min", "Mean")
+            assert [got[k] for k in exact] == [want[k] for k in exact], key
+            assert got["Norm"] == pytest.approx(want["Norm"], rel=1e-6), key
+            compared += 1
+    assert compared >= 12  # 15: inputs, outputs and parameters of three modules, forward and backward
