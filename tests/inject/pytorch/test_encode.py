@@ -184,3 +184,32 @@ print("SAME", all(torch.equal(grads[k], p.grad) for k, p in m.named_parameters()
             assert got["Norm"] == pytest.approx(want["Norm"], rel=1e-6), key
             compared += 1
     assert compared >= 12  # 15: inputs, outputs and parameters of three modules, forward and backward
+
+
+def test_a_vmapped_call_keeps_its_results_and_says_why_it_has_no_statistics(tmp_path):
+    """Inside torch.func.vmap a call sees one sample of a batched tensor: its statistics are not computed, each entry
+    says why and the error log names the records; the per-sample gradients are those of the run without the tool."""
+    code = PREAMBLE + """
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+params = {k: v.detach() for k, v in m.named_parameters()}
+x = torch.randn(5, 4)
+
+def loss(p, xi):
+    return torch.func.functional_call(m, p, (xi.unsqueeze(0),)).sum()
+
+per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))
+ref = per_sample(params, x)
+debugger = PrecisionDebugger(dump_path="d", level="mix")
+debugger.start(model=m)
+got = per_sample(params, x)
+debugger.stop(); debugger.step()
+print("SAME", all(torch.equal(ref[k], got[k]) for k in ref))
+"""
+    proc = run_py(code, str(tmp_path))
+    assert "SAME True" in proc.stdout
+    d = load_dump(str(tmp_path / "d"))["data"]
+    fwd = d["Module.0.Linear.forward.0"]["input_args"][0]
+    assert fwd["shape"] == [1, 4] and fwd["Max"] is None and "vmap" in fwd["error"]
+    log = open(os.path.join(rank_dir(str(tmp_path / "d")), "dump_error_info.log")).read()
+    assert "Module.0.Linear.forward.0: statistics not computed" in log
