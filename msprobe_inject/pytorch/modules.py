@@ -56,7 +56,7 @@ def _own_parameters(module) -> List[tuple]:
 
 
 def _collect(item, out, depth=0):
-    """The tensors of item that a backward hook can see (requiring grad, in grad mode), in _rebuild's order."""
+    """The tensors of item that a backward hook can see (requiring grad, in grad mode), in _put_back's order."""
     if depth > 32:
         return
     if isinstance(item, _TENSOR):
@@ -70,10 +70,14 @@ def _collect(item, out, depth=0):
             _collect(v, out, depth + 1)
 
 
+def _put_back(value, tensors: list, hooked) -> Any:
+    """value with each tensor _collect gathered (tensors) replaced by its hooked twin (hooked, in the same order)."""
+    return _rebuild(value, list(zip(tensors, hooked))[::-1])
+
+
 def _rebuild(item, pending, depth=0):
-    """item with each tensor _collect gathered replaced by its hooked twin. pending: the (gathered, hooked) pairs,
-    the next one last. A value is replaced when it is the next one gathered, so which tensors are hooked is
-    decided in _collect alone."""
+    """_put_back's walk. pending: the (gathered, hooked) pairs, the next one last. A value is replaced when it is the
+    next one gathered, so which tensors are hooked is decided in _collect alone."""
     if depth > 32:
         return item
     if type(item) is tuple:  # first: a module's positional inputs pass here on every call
@@ -144,13 +148,13 @@ class _ModuleBackward:
         if node is None:
             return value
         node.register_prehook(fn)
-        if len(hooked) == 1:  # the common cases without _rebuild's frames: one tensor, or a tuple of one
+        if len(hooked) == 1:  # the common cases without _put_back's frames: one tensor, or a tuple of one
             if value is t:
                 return hooked[0]
             if type(value) is tuple and len(value) == 1 and value[0] is t:
                 return hooked
         try:
-            return _rebuild(value, list(zip(tensors, hooked))[::-1])
+            return _put_back(value, tensors, hooked)
         except Exception:
             return value
 

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.hooks import BackwardHook
 from util import PREAMBLE, load_dump, rank_dir, run_py
 
-from msprobe_inject.pytorch.modules import _collect, _fix_view, _ModuleBackward, _rebuild
+from msprobe_inject.pytorch.modules import _collect, _fix_view, _ModuleBackward, _put_back
 
 
 def _reference(module, hook, pre):
@@ -21,7 +21,7 @@ def _reference(module, hook, pre):
         tensors: list = []
         _collect(value, tensors)
         hooked = tuple([_fix_view(h) for h in setup(tuple(tensors))])
-        return _rebuild(value, list(zip(tensors, hooked))[::-1]) if tensors else value
+        return _put_back(value, tensors, hooked) if tensors else value
 
     return bw, lambda a: through(bw.setup_input_hook, a), lambda o: through(bw.setup_output_hook, o)
 
@@ -138,8 +138,8 @@ def test_hooks_get_what_backward_hook_gives(retain):
         assert torch.equal(grads[n], plain[n]) and torch.equal(ref_grads[n], plain[n])
 
 
-def test_rebuild_hands_back_exactly_the_tensors_collect_gathered_in_their_places():
-    """Which values a module's backward capture hooks is decided in _collect alone: _rebuild puts each hooked twin
+def test_put_back_hands_back_exactly_the_tensors_collect_gathered_in_their_places():
+    """Which values a module's backward capture hooks is decided in _collect alone: _put_back puts each hooked twin
     where its tensor was, through lists, named tuples, dicts and mappings, and leaves the rest (a tensor without
     grad, a tensor past the depth limit, other values) as it was."""
     from collections import OrderedDict, namedtuple
@@ -155,7 +155,7 @@ def test_rebuild_hands_back_exactly_the_tensors_collect_gathered_in_their_places
     _collect(value, tensors)
     assert [t is a for t in tensors] == [True, False, True, False]
     hooked = [t * 1 for t in tensors]
-    got = _rebuild(value, list(zip(tensors, hooked))[::-1])
+    got = _put_back(value, tensors, hooked)
     assert got[0] is hooked[0] and got[1][0] is plain and got[1][1].a is hooked[1] and got[1][1].b == 7
     assert type(got[1][1]) is Pair and got[2] == {"x": hooked[2], "y": "s"} and got[4]["z"] is hooked[3]
     inner = got[3]
