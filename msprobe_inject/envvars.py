@@ -41,6 +41,8 @@ SPIKE_FACTOR = "MSPROBE_SPIKE_FACTOR"  # F: a norm above F x its median over the
 PRESET = "MSPROBE_PRESET"  # monitor: module outputs and parameter gradients only
 SPIKE_RECORDS = "MSPROBE_SPIKE_RECORDS"  # regular expression of the record names the spike rule watches
 ENABLE = "MSPROBE_ENABLE"  # 0 switches everything off; 1 activates with defaults
+NODE_HOOK = "MSPROBE_NODE_HOOK"  # 0: backward hooks through torch's Python API only (no C++ build, no load)
+CACHE_DIR = "MSPROBE_CACHE_DIR"  # where the C++ node hooks are built (default ~/.cache/msprobe-launch)
 
 # Internal variables set by the launcher (documented, not meant to be set by hand).
 RUN_ID = "MSPROBE_RUN_ID"  # one id per launcher invocation, shared by all nodes when given

@@ -270,6 +270,20 @@ def finish_job(dump: DumpPlan, engine: str = "command", argv: Optional[List[str]
             sys.stderr.write(f"[msprobe-launch] could not index {dump.dump_path}: {exc}\n")
 
 
+def _build_node_hooks() -> None:
+    """The ranks' C++ node hooks, compiled for this torch before any rank starts if not in the cache yet (they
+    only load them: msprobe_inject.nodehook). Whatever happens, the job runs: without them its ranks register
+    their hooks through torch's Python API."""
+    try:
+        from msprobe_inject import nodehook
+
+        said = nodehook.build(announce=lambda what: sys.stderr.write(f"[msprobe-launch] {what}\n"))
+    except Exception as exc:
+        said = f"not built ({type(exc).__name__}: {exc})"
+    if said:
+        sys.stderr.write(f"[msprobe-launch] C++ node hooks {said}\n")
+
+
 def execute(plan: LaunchPlan) -> int:
     """Run the plan in this process (the agent / msrun manager) and print the summary. Returns the exit code."""
     for note in plan.notes:
@@ -277,6 +291,8 @@ def execute(plan: LaunchPlan) -> int:
     if plan.dump.clear_first:
         sys.stderr.write(f"[msprobe-launch] --overwrite: removing earlier dump data in {plan.dump.dump_path}\n")
         _clear(plan.dump.clear_first)
+    if plan.node_hooks:
+        _build_node_hooks()
     apply_env(plan)
     if plan.dump.dumping and plan.dump.dump_path:
         try:  # before any rank starts: a node's launcher starting later recognises this job's data

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from msprobe_inject import config as dump_config
-from msprobe_inject import envvars
+from msprobe_inject import envvars, nodehook
 from msprobe_inject.dumpformat import manifest, paths
 
 ENGINES = ("torchrun", "msrun")
@@ -66,11 +66,12 @@ class LaunchPlan:
     env_unset: List[str] = field(default_factory=list)
     dump: DumpPlan = field(default_factory=DumpPlan)
     notes: List[str] = field(default_factory=list)  # printed to stderr before the job
+    node_hooks: bool = False  # compile the ranks' C++ node hooks first where not cached (msprobe_inject.nodehook)
 
     def to_json(self) -> Dict[str, Any]:
         return {"engine": self.engine, "argv": self.argv, "env_set": self.env_set, "env_unset": self.env_unset,
                 "dumping": self.dump.dumping, "dump_path": self.dump.dump_path, "config": self.dump.config,
-                "notes": self.notes}
+                "notes": self.notes, "node_hooks": self.node_hooks}
 
 
 def boot_dir() -> str:
@@ -220,6 +221,8 @@ def build_plan(request: Request, environ: Optional[Mapping[str, str]] = None,
                           "(other nodes of one job share --rdzv-id/--run-id and are not affected)")
     plan.env_set = env_set
     plan.env_unset = unset
+    # msrun's ranks run MindSpore; torchrun's and a command's may run torch, whose hooks these are
+    plan.node_hooks = plan.engine != "msrun" and nodehook.enabled(env)
     plan.dump = DumpPlan(dumping=True, dump_path=dump_path, config=cfg.to_dict(),
                          clear_first=[os.path.join(dump_path, e) for e in earlier], index=request.index)
     return plan

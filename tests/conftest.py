@@ -11,3 +11,14 @@ def pytest_configure(config):
         "markers",
         "json_only: a reader test about the JSON files themselves, not run again through the dump's index",
     )
+
+
+def pytest_sessionstart(session):
+    # The C++ node hooks, built once per torch into the user's cache as the launcher builds them before a job's
+    # ranks start (~20 s the first time): the in-process tests and every rank then register hooks through them.
+    # A machine without a compiler keeps torch's Python API (tests/inject/test_nodehook.py is then skipped).
+    from msprobe_inject import nodehook
+
+    said = nodehook.build()
+    if said:
+        print(f"\nC++ node hooks: {said}")

@@ -110,11 +110,11 @@ def train_script(config_path: str, steps: int = 1, extra_pre: str = "", extra_po
             + TRAIN.replace("STEPS", str(steps)) + extra_post)
 
 
-def run_config(tmp_path, steps=1, extra_pre="", extra_post="", **cfg) -> str:
+def run_config(tmp_path, steps=1, extra_pre="", extra_post="", env: Optional[Dict[str, str]] = None, **cfg) -> str:
     """Train the standard script for ``steps`` steps with a config file of ``cfg``; returns the dump path."""
     dump = str(tmp_path / "dump")
     conf = write_config(str(tmp_path / "config.json"), dump_path=dump, **cfg)
-    run_py(train_script(conf, steps, extra_pre, extra_post), str(tmp_path))
+    run_py(train_script(conf, steps, extra_pre, extra_post), str(tmp_path), env=env)
     return dump
 
 

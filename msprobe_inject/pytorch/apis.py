@@ -19,7 +19,7 @@ from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Record, made
 from . import apinames
-from .state import _NO_TF, COMPILER, Quiet, dynamo_compiling, tls
+from .state import _NO_TF, COMPILER, Quiet, dynamo_compiling, hook_after, tls
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _FunctionType = type(lambda: None)
@@ -252,13 +252,17 @@ class ApiHooks:
             if p == 0:
                 return
         t = out if type(out) is _TENSOR else _first_tensor(out)
-        if t is not None and t.requires_grad and _grad_enabled():
-            node = t.grad_fn
-            if node is not None:
-                # a partial of a method bound once: one object per call, not a closure's function, cells and tuple,
-                # which the garbage collector follows and, alive until the backward pass, promotes (see
-                # modules.ModuleHooks' backward)
-                node.register_hook(partial(self._backward_body, bkey, record))
+        if t is not None and t.requires_grad:
+            # a partial of a method bound once: one object per call, not a closure's function, cells and tuple,
+            # which the garbage collector follows and, alive until the backward pass, promotes (see
+            # modules.ModuleHooks' backward)
+            fn = partial(self._backward_body, bkey, record)
+            if hook_after is not None:
+                hook_after(t, fn)  # grad mode and the node asked in C++ too
+            elif _grad_enabled():
+                node = t.grad_fn
+                if node is not None:
+                    node.register_hook(fn)
 
     def _on_backward(self, bkey: str, record: bool, grad_inputs, grad_outputs) -> None:
         rec = self.rec

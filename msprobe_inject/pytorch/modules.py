@@ -11,7 +11,7 @@ import torch
 
 from ..dumpformat import names
 from ..recorder import ModuleFrame, Recorder
-from .state import COMPILER, dynamo_compiling, tls
+from .state import COMPILER, alias_hooked, dynamo_compiling, tls
 
 _STRIDED = torch.strided
 _graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
@@ -134,20 +134,29 @@ class _ModuleBackward:
     def _through(value, tensors, fn):
         t = tensors[0]
         if len(tensors) == 1 and type(t) is torch.Tensor and t.layout is _STRIDED and not t.is_nested:
-            # t[...] is aten.alias by the indexing's own fast path (no argument parsing); its AliasBackward0 hands the
-            # gradient on as it is, where view_as's ViewBackward0 reshapes it: one op fewer in every module's backward
-            v = t[...]
+            # aten.alias: its AliasBackward0 hands the gradient on as it is, where view_as's ViewBackward0 reshapes
+            # it. In C++ with the hook (state.alias_hooked), or as t[...], the indexing's fast path to it.
+            if alias_hooked is not None:
+                v = alias_hooked(t, fn)
+                if v is None:
+                    return value
+                node = None
+            else:
+                v = t[...]
+                node = v.grad_fn
+                if node is None:
+                    return value
             # in grad mode a view of a tensor that is no view is created with the default meta: only a view's
             # view can inherit one that forbids in-place ops (a split's chunk)
             hooked = (v,) if t._base is None else (_fix_view(v),)
-            node = v.grad_fn
         else:  # sparse and nested tensors have no view; subclasses keep their own dispatch
             hooked = tuple([_fix_view(h) for h in _HookFn.apply(*tensors)])
             node = next((h.grad_fn for h in hooked if h.grad_fn is not None
                          and h.grad_fn.name() == "BackwardHookFunctionBackward"), None)
-        if node is None:
-            return value
-        node.register_prehook(fn)
+            if node is None:
+                return value
+        if node is not None:
+            node.register_prehook(fn)
         if len(hooked) == 1:  # the common cases without _put_back's frames: one tensor, or a tuple of one
             if value is t:
                 return hooked[0]

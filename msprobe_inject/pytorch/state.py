@@ -8,6 +8,8 @@ from typing import Any, List
 
 import torch
 
+from .. import nodehook
+
 _NO_TF = torch._C.DisableTorchFunction
 
 # Whether a hook runs inside torch.compile's or export's tracing, asked as ``dynamo_compiling() or
@@ -22,6 +24,13 @@ if hasattr(_compiler, "is_dynamo_compiling") and hasattr(_compiler, "_is_compili
 else:  # another torch: its own question, and no flag of its own to read
     dynamo_compiling = getattr(_compiler, "is_compiling", lambda: False)
     COMPILER = types.SimpleNamespace(_is_compiling_flag=False)
+
+# The C++ node hooks of this torch when built (msprobe_inject.nodehook): hook_after(t, fn) in place of
+# t.grad_fn.register_hook(fn), alias_hooked(t, fn) in place of t[...] and its grad_fn.register_prehook(fn); None
+# where they are not built, and the hooks go through torch's Python API
+_native = nodehook.load()
+hook_after = getattr(_native, "post", None)
+alias_hooked = getattr(_native, "alias_pre", None)
 
 
 class ThreadState(threading.local):

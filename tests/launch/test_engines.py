@@ -249,3 +249,33 @@ def test_msrun_engine_runs_msrun_in_process(tmp_path):
                      ("worker", "child of the launcher")]
     proc = launch(args + ["3"], str(tmp_path), env=env)
     assert proc.returncode == 3
+
+
+def test_the_node_hooks_are_compiled_before_the_ranks_start_and_a_failed_compile_still_runs_the_job(tmp_path):
+    from msprobe_inject import nodehook
+
+    cache = tmp_path / "cache"
+    env = base_env(MSPROBE_CACHE_DIR=str(cache), CXX="/nonexistent/c++", CC="/nonexistent/cc")
+    cmd = ["--dump-path", "d", "--", sys.executable, "-c", "print('the job ran')"]
+    proc = launch(cmd, str(tmp_path), env=env, check=0)
+    assert "the job ran" in proc.stdout
+    assert "compiling the C++ node hooks" in proc.stderr and "C++ node hooks not built (" in proc.stderr
+    failed = list(cache.glob("nodehook/*/failed.txt"))
+    assert [f.parent.name for f in failed] == [nodehook.tag()]
+    proc = launch(cmd, str(tmp_path), env=env, check=0)  # not tried again at every launch
+    assert "the job ran" in proc.stdout and "node hooks" not in proc.stderr
+    off = base_env(MSPROBE_CACHE_DIR=str(tmp_path / "off"), MSPROBE_NODE_HOOK="0")
+    proc = launch(cmd, str(tmp_path), env=off, check=0)
+    assert "node hooks" not in proc.stderr and not (tmp_path / "off").exists()
+
+
+@pytest.mark.skipif(__import__("msprobe_inject.nodehook").nodehook.load() is None,
+                    reason="the C++ node hooks are not built (tests/conftest.py)")
+def test_a_rank_registers_its_hooks_through_the_cached_node_hooks(tmp_path):
+    code = ("import torch, msprobe_inject.pytorch.state as s; "
+            "print('native', s.hook_after is not None and s.alias_hooked is not None)")
+    proc = launch(["--dump-path", "d", "--", sys.executable, "-c", code], str(tmp_path), check=0)
+    assert "native True" in proc.stdout and "node hooks" not in proc.stderr
+    proc = launch(["--dump-path", "d", "--overwrite", "--", sys.executable, "-c", code], str(tmp_path),
+                  env=base_env(MSPROBE_NODE_HOOK="0"), check=0)
+    assert "native False" in proc.stdout

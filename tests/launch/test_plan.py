@@ -108,8 +108,9 @@ def _plan(tmp_path, args, env=None) -> dict:
 def test_dry_run_shows_torchrun_argv_and_worker_env(tmp_path, script):
     plan = _plan(tmp_path, ["--nproc", "2", "--max_restarts", "1", "--level", "L0", "--step", "0,2-3",
                             "--no-async-dump", script, "--lr", "3e-4", "--", "x"])
-    assert sorted(plan) == ["argv", "config", "dump_path", "dumping", "engine", "env_set", "env_unset", "notes"]
-    assert plan["engine"] == "torchrun"
+    assert sorted(plan) == ["argv", "config", "dump_path", "dumping", "engine", "env_set", "env_unset", "node_hooks",
+                            "notes"]
+    assert plan["engine"] == "torchrun" and plan["node_hooks"] is True
     assert plan["argv"][:4] == ["--nproc-per-node", "2", "--max-restarts", "1"]
     assert plan["argv"][-5:] == [script, "--lr", "3e-4", "--", "x"]  # script args untouched
     env = plan["env_set"]
@@ -185,6 +186,17 @@ def test_build_plan_changes_nothing(tmp_path, script, monkeypatch):
     assert launch_plan.env_set["MSPROBE_AGENT_PID"] == "4242" and launch_plan.env_set["MSPROBE_LEVEL"] == "mix"
     assert launch_plan.env_set["PYTHONPATH"] == os.pathsep.join([BOOT, "/elsewhere"])
     assert launch_plan.torchrun_args.standalone is True and launch_plan.dump.config["level"] == "mix"
+
+
+def test_the_plan_compiles_the_node_hooks_for_torch_ranks_unless_switched_off(tmp_path, script):
+    torchrun = Request(engine="torchrun", program=[script], engine_options=[("--standalone", True)])
+    assert build_plan(torchrun, environ=_env(tmp_path)).node_hooks is True
+    assert build_plan(torchrun, environ=_env(tmp_path, MSPROBE_NODE_HOOK="0")).node_hooks is False
+    assert build_plan(torchrun, environ=_env(tmp_path, MSPROBE_ENABLE="0")).node_hooks is False  # no dumping
+    command = Request(engine="command", program=[sys.executable], script_is_file=False)
+    assert build_plan(command, environ=_env(tmp_path)).node_hooks is True
+    msrun = Request(engine="msrun", program=[script])
+    assert build_plan(msrun, environ=_env(tmp_path)).node_hooks is False
 
 
 def test_msrun_argv_forces_join_and_notes_another_value(tmp_path, script):

@@ -1,0 +1,148 @@
+// A recorded call's backward hooks added to autograd nodes from C++ (msprobe_inject.pytorch.nodehook builds it).
+//
+// torch registers a Python hook on a node through Function._register_hook: a RemovableHandle, an OrderedDict and,
+// the first time, a PyFunction{Pre,Post}Hook over that dict (~16,500 instructions each; a recorded API call adds one,
+// a module call two). These add the same C++ hook torch's would wrap the callable in, holding the callable alone:
+// it is called as torch calls a node hook (fn(grad_outputs) before the node, fn(grad_inputs, grad_outputs) after
+// it), its result is ignored and its exception cleared (the tool's hooks never change a gradient nor raise into
+// backward), and under compiled autograd it hands the callable to the compiled graph as torch's own hooks do.
+// Built against the torch it runs with, and loaded only for that torch (nodehook.py).
+#include <torch/csrc/PyInterpreter.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/dynamo/compiled_autograd.h>
+#include <torch/csrc/utils/pybind.h>
+
+using torch::autograd::FunctionPostHook;
+using torch::autograd::FunctionPreHook;
+using torch::autograd::variable_list;
+
+namespace {
+
+inline PyObject* new_ref(PyObject* o) {  // Py_NewRef is 3.10's
+  Py_INCREF(o);
+  return o;
+}
+
+PyObject* wrap_all(const variable_list& vs) {
+  PyObject* t = PyTuple_New((Py_ssize_t)vs.size());
+  if (!t) return nullptr;
+  for (size_t i = 0; i < vs.size(); i++) {
+    PyObject* o = vs[i].defined() ? THPVariable_Wrap(vs[i]) : new_ref(Py_None);
+    if (!o) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(t, (Py_ssize_t)i, o);
+  }
+  return t;
+}
+
+// fn(*args) with the GIL held; a Python error it raises is cleared, one already set before is kept
+void call(PyObject* fn, const variable_list* a, const variable_list* b) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject* args[2] = {wrap_all(*a), b ? wrap_all(*b) : nullptr};
+  if (args[0] && (!b || args[1])) {
+    PyObject* r = PyObject_Vectorcall(fn, args, b ? 2 : 1, nullptr);
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(args[0]);
+  Py_XDECREF(args[1]);
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
+
+struct Held {
+  PyObject* fn;
+  explicit Held(PyObject* f) : fn(new_ref(f)) {}
+  ~Held() {
+    if (Py_IsInitialized()) {  // as torch's Python hooks: after the interpreter is gone the callable is leaked
+      pybind11::gil_scoped_acquire gil;
+      Py_DECREF(fn);
+    }
+  }
+  c10::SafePyObject handed() const { return c10::SafePyObject(new_ref(fn), getPyInterpreter()); }
+};
+
+struct PreHook : FunctionPreHook {
+  Held held;
+  explicit PreHook(PyObject* f) : held(f) {}
+  variable_list operator()(const variable_list& grads) override {
+    pybind11::gil_scoped_acquire gil;
+    call(held.fn, &grads, nullptr);
+    return grads;
+  }
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.add_pre_hook(held.handed());
+  }
+};
+
+struct PostHook : FunctionPostHook {
+  Held held;
+  explicit PostHook(PyObject* f) : held(f) {}
+  variable_list operator()(const variable_list& grad_inputs, const variable_list& grad_outputs) override {
+    pybind11::gil_scoped_acquire gil;
+    call(held.fn, &grad_inputs, &grad_outputs);
+    return grad_inputs;
+  }
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.add_post_hook(held.handed());
+  }
+};
+
+bool two_args(PyObject* const* args, Py_ssize_t n, const char* usage) {
+  if (n != 2 || !THPVariable_Check(args[0]) || !PyCallable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// post(t, fn): fn as a post-hook of the node that made t, as t.grad_fn.register_hook(fn) adds it; False where grad
+// mode is off or t has no node (a leaf, a tensor made without grad)
+static PyObject* post(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (!two_args(args, n, "post(tensor, callable)")) return nullptr;
+  HANDLE_TH_ERRORS
+  if (!at::GradMode::is_enabled()) Py_RETURN_FALSE;
+  const auto& node = THPVariable_Unpack(args[0]).grad_fn();
+  if (!node) Py_RETURN_FALSE;
+  node->add_post_hook(std::make_unique<PostHook>(args[1]));
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
+}
+
+// alias_pre(t, fn): t's alias (aten.alias through autograd, as t[...]: an AliasBackward0 node) with fn as that
+// node's pre-hook, as v.grad_fn.register_prehook(fn) adds it; None where the alias has no node
+static PyObject* alias_pre(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (!two_args(args, n, "alias_pre(tensor, callable)")) return nullptr;
+  HANDLE_TH_ERRORS
+  at::Tensor v = at::alias(THPVariable_Unpack(args[0]));
+  const auto& node = v.grad_fn();
+  if (!node) Py_RETURN_NONE;
+  node->add_pre_hook(std::make_unique<PreHook>(args[1]));
+  return THPVariable_Wrap(std::move(v));
+  END_HANDLE_TH_ERRORS
+}
+
+static PyMethodDef methods[] = {
+    {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(tensor, fn): fn after the node that made tensor"},
+    {"alias_pre", (PyCFunction)(void (*)(void))alias_pre, METH_FASTCALL,
+     "alias_pre(tensor, fn): tensor's alias, fn before its node"},
+    {nullptr, nullptr, 0, nullptr}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_nodehook", nullptr, -1, methods};
+
+PyMODINIT_FUNC PyInit__nodehook(void) {
+  PyObject* m = PyModule_Create(&module_def);
+  // the build's tag (the torch, Python and source it was built for): nodehook.load() refuses it under any other
+  if (m && PyModule_AddStringConstant(m, "TAG", MSPROBE_NODEHOOK_TAG) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

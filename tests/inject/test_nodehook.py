@@ -1,0 +1,163 @@
+"""The C++ node hooks (msprobe_inject.nodehook): what they call and hand back against torch's own Python hooks,
+under compiled autograd, and the cache that builds and loads them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from torch._dynamo import compiled_autograd
+
+from msprobe_inject import envvars, nodehook
+from tests.util import clean_env, rank_dir, run_config
+
+pytestmark = pytest.mark.skipif(nodehook.load() is None, reason="the C++ node hooks are not built (tests/conftest.py)")
+
+
+def _native():
+    return nodehook.load()
+
+
+def _copies(values):
+    return tuple(None if v is None else v.detach().clone() for v in values)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+                                    for x, y in zip(a, b))
+
+
+def _graph(native: bool, seen: list, compiled: bool = False):
+    """x @ w (x without grad: a None among the node's grad_inputs), a hook after its node, an alias hooked before
+    its node, a user's tensor hook that doubles the gradient; returns w's gradient."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 2, requires_grad=True)
+    y = x @ w
+
+    def after(grad_inputs, grad_outputs):
+        seen.append(("after", _copies(grad_inputs), _copies(grad_outputs)))
+
+    def before(grad_outputs):
+        seen.append(("before", _copies(grad_outputs)))
+        return None
+
+    if native:
+        assert _native().post(y, after) is True
+        v = _native().alias_pre(y, before)
+    else:
+        y.grad_fn.register_hook(after)
+        v = y[...]
+        v.grad_fn.register_prehook(before)
+    assert v.grad_fn.name() == "AliasBackward0" and v._base is y
+    v.register_hook(lambda g: g * 2)
+    loss = (v * v).sum()
+    if compiled:
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            loss.backward()
+    else:
+        loss.backward()
+    return w.grad
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled autograd"])
+def test_the_hooks_see_and_hand_on_what_torchs_python_hooks_do(compiled):
+    ours, torchs = [], []
+    g_ours = _graph(True, ours, compiled)
+    g_torchs = _graph(False, torchs, compiled)
+    assert torch.equal(g_ours, g_torchs)
+    assert [s[0] for s in ours] == [s[0] for s in torchs] == ["before", "after"]
+    for a, b in zip(ours, torchs):
+        assert all(_same(p, q) for p, q in zip(a[1:], b[1:]))
+    assert ours[1][1][0] is None  # x's gradient: x does not require one
+    # the user's tensor hook ran first: the node hook sees the doubled gradient
+    assert torch.equal(ours[0][1][0], ours[1][2][0])
+
+
+def test_a_hook_that_raises_changes_nothing_and_raises_nothing():
+    def boom(*args):
+        raise ValueError("a tool bug")
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, requires_grad=True)
+    plain = (torch.relu(x * 3)).sum()
+    plain.backward()
+    expected = x.grad.clone()
+    x.grad = None
+    y = x * 3
+    assert _native().post(y, boom)
+    z = torch.relu(_native().alias_pre(y, boom))
+    z.sum().backward()
+    assert torch.equal(x.grad, expected)
+
+
+def test_no_hook_where_there_is_no_node():
+    x = torch.randn(2, requires_grad=True)
+    called = []
+    assert _native().post(x, called.append) is False  # a leaf
+    with torch.no_grad():
+        assert _native().post(x * 2, called.append) is False
+        assert _native().alias_pre(x * 2, called.append) is None
+    with pytest.raises(TypeError):
+        _native().post([x], called.append)
+    assert not called
+
+
+def test_a_binary_of_another_tag_or_no_binary_is_not_loaded(tmp_path, monkeypatch):
+    built = nodehook.binary_path(nodehook.tag())
+    monkeypatch.setenv(envvars.CACHE_DIR, str(tmp_path))
+    other = nodehook.binary_path("0" * 20)
+    other.parent.mkdir(parents=True)
+    shutil.copy(built, other)  # a real binary, built for this torch, found under another torch's tag
+    assert nodehook.load("0" * 20) is None
+    garbage = nodehook.binary_path("1" * 20)
+    garbage.parent.mkdir(parents=True)
+    garbage.write_bytes(b"not an ELF file")
+    assert nodehook.load("1" * 20) is None
+    assert nodehook.load() is None  # nothing under this tag in the empty cache
+    mine = nodehook.binary_path(nodehook.tag())
+    mine.parent.mkdir(parents=True)
+    shutil.copy(built, mine)
+    assert nodehook.load() is not None
+    monkeypatch.setenv(envvars.NODE_HOOK, "0")
+    assert nodehook.load() is None
+
+
+def test_a_build_that_fails_says_why_once_and_is_not_retried_at_every_launch(tmp_path):
+    env = dict(os.environ, **{envvars.CACHE_DIR: str(tmp_path), "CXX": "/nonexistent/c++", "CC": "/nonexistent/cc"})
+    said = nodehook.build(environ=env)
+    assert said.startswith("not built (") and "failed.txt" in said
+    failed = nodehook.binary_path(nodehook.tag(), env).parent / "failed.txt"
+    assert failed.is_file() and "exit code" in failed.read_text()
+    assert nodehook.build(environ=env) == ""  # within a day: not tried again
+    assert not nodehook.binary_path(nodehook.tag(), env).exists()
+    assert [p.name for p in failed.parent.iterdir()] == ["failed.txt"]  # the build's own directory removed
+    assert nodehook.build(environ=dict(env, **{envvars.NODE_HOOK: "0"})) == ""
+
+
+WHICH_HOOKS = """
+import msprobe_inject.pytorch.state as _state
+with open("native.txt", "w") as fh:
+    fh.write("1" if _state.hook_after is not None and _state.alias_hooked is not None else "0")
+"""
+
+
+@pytest.mark.parametrize("level", ["mix", "L0"])
+def test_a_dump_is_the_same_through_the_cpp_hooks_and_through_torchs_python_api(tmp_path, level):
+    dumps = {}
+    for way, value in (("native", "1"), ("python", "0")):
+        where = tmp_path / way
+        where.mkdir()
+        env = clean_env(**{envvars.NODE_HOOK: value})
+        dump = run_config(where, steps=2, extra_post=WHICH_HOOKS, env=env, task="statistics", level=level)
+        with open(os.path.join(rank_dir(dump, 1), "dump.json")) as fh:
+            data = json.load(fh)["data"]
+        with open(os.path.join(rank_dir(dump, 1), "construct.json")) as fh:
+            dumps[way] = (data, json.load(fh))
+        assert where.joinpath("native.txt").read_text() == value
+    data, construct = dumps["native"]
+    assert any(".backward." in k for k in data)
+    assert dumps["native"] == dumps["python"]
