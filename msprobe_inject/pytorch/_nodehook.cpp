@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -129,7 +130,55 @@ static PyObject* alias_pre(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
+// hook_single(value, fn): a module call's backward capture where its value is one plain tensor, bare or in a tuple
+// of one (the common input and output): the value with the tensor's alias in its place, fn the alias node's
+// pre-hook (alias_pre), the alias's creation meta reset where the tensor is a view (modules._fix_view: in-place ops
+// on it keep working); the value itself where no backward hook can see the tensor (grad mode off, no grad
+// required; an empty tuple); NotImplemented for every other value, which the Python capture takes. Its tensor
+// reads are C++'s: in Python each goes through the dump mode's __torch_function__ while it is pushed.
+static PyObject* hook_single(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (n != 2 || !PyCallable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "hook_single(value, callable)");
+    return nullptr;
+  }
+  HANDLE_TH_ERRORS
+  PyObject* value = args[0];
+  PyObject* item = value;
+  bool in_tuple = PyTuple_CheckExact(value);
+  if (in_tuple) {
+    if (PyTuple_GET_SIZE(value) == 0) return new_ref(value);
+    if (PyTuple_GET_SIZE(value) != 1) Py_RETURN_NOTIMPLEMENTED;
+    item = PyTuple_GET_ITEM(value, 0);
+  }
+  // torch.Tensor itself: THPVariable_CheckExact takes a Parameter too, which the Python capture's subclass path takes
+  if (Py_TYPE(item) != (PyTypeObject*)THPVariableClass) Py_RETURN_NOTIMPLEMENTED;
+  const at::Tensor& t = THPVariable_Unpack(item);
+  if (t.layout() != at::kStrided || t.is_nested()) Py_RETURN_NOTIMPLEMENTED;
+  if (!at::GradMode::is_enabled() || !t.requires_grad()) return new_ref(value);
+  at::Tensor v = at::alias(t);
+  const auto& node = v.grad_fn();
+  if (!node) return new_ref(value);
+  node->add_pre_hook(std::make_unique<PreHook>(args[1]));
+  if (t.is_view()) {
+    // a view's alias inherits its creation meta, which may forbid in-place ops (a split's chunk)
+    auto* meta = torch::autograd::impl::get_view_autograd_meta(v);
+    if (meta && meta->has_bw_view()) meta->set_creation_meta(torch::autograd::CreationMeta::DEFAULT);
+  }
+  PyObject* wrapped = THPVariable_Wrap(std::move(v));
+  if (!wrapped || !in_tuple) return wrapped;
+  PyObject* one = PyTuple_New(1);
+  if (!one) {
+    Py_DECREF(wrapped);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(one, 0, wrapped);
+  return one;
+  END_HANDLE_TH_ERRORS
+}
+
 static PyMethodDef methods[] = {
+    {"hook_single", (PyCFunction)(void (*)(void))hook_single, METH_FASTCALL,
+     "hook_single(value, fn): value's one plain tensor through a hooked alias"},
     {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(tensor, fn): fn after the node that made tensor"},
     {"alias_pre", (PyCFunction)(void (*)(void))alias_pre, METH_FASTCALL,
      "alias_pre(tensor, fn): tensor's alias, fn before its node"},

@@ -11,7 +11,7 @@ import torch
 
 from ..dumpformat import names
 from ..recorder import ModuleFrame, Recorder
-from .state import COMPILER, alias_hooked, dynamo_compiling, tls
+from .state import COMPILER, alias_hooked, dynamo_compiling, hook_single, tls
 
 _STRIDED = torch.strided
 _graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
@@ -120,12 +120,21 @@ class _ModuleBackward:
         self.n_in = 0
 
     def inputs(self, args):
+        if hook_single is not None:  # one plain tensor, in C++ (_collect's and _through's reads included)
+            got = hook_single(args, self._on_input)
+            if got is not NotImplemented:
+                self.n_in = 0 if got is args else 1
+                return got
         tensors: List[torch.Tensor] = []
         _collect(args, tensors)
         self.n_in = len(tensors)
         return self._through(args, tensors, self._on_input) if tensors else args
 
     def outputs(self, output):
+        if hook_single is not None:
+            got = hook_single(output, self._on_output)
+            if got is not NotImplemented:
+                return got
         tensors: List[torch.Tensor] = []
         _collect(output, tensors)
         return self._through(output, tensors, self._on_output) if tensors else output

@@ -161,3 +161,48 @@ def test_a_dump_is_the_same_through_the_cpp_hooks_and_through_torchs_python_api(
     data, construct = dumps["native"]
     assert any(".backward." in k for k in data)
     assert dumps["native"] == dumps["python"]
+
+
+def test_hook_single_takes_one_plain_tensor_and_leaves_every_other_value_to_python():
+    hook_single = _native().hook_single
+    seen = []
+    x = torch.randn(3, 4, requires_grad=True)
+    y = x * 2
+    out = hook_single(y, seen.append)
+    assert type(out) is torch.Tensor and out._base is y and out.grad_fn.name() == "AliasBackward0"
+    args = (y,)
+    got = hook_single(args, seen.append)
+    assert type(got) is tuple and len(got) == 1 and got[0]._base is y
+    (out.sum() + 3 * got[0].sum()).backward()
+    assert sorted(g[0].sum().item() for g in seen) == [12.0, 36.0]
+    # nothing a backward hook can see: the value itself
+    plain = torch.randn(2)
+    empty = ()
+    assert hook_single(plain, seen.append) is plain and hook_single((plain,), seen.append)[0] is plain
+    assert hook_single(empty, seen.append) is empty
+    with torch.no_grad():
+        assert hook_single(y, seen.append) is y
+    # the Python capture's: several values, containers other than a tuple, subclasses, other layouts
+    for other in ((y, y), [y], {"a": y}, torch.nn.Parameter(torch.randn(2)), y.detach().to_sparse().requires_grad_(),
+                  None, 3):
+        assert hook_single(other, seen.append) is NotImplemented
+    assert len(seen) == 2
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C++", "Python"])
+def test_a_captured_chunk_of_a_split_takes_in_place_ops(native, monkeypatch):
+    """A split's chunk is a view whose creation meta forbids in-place ops on its views; the capture's alias of it
+    gets the default meta, as msprobe's BackwardHookFunction output does (modules._fix_view)."""
+    from msprobe_inject.pytorch import modules
+
+    if not native:
+        monkeypatch.setattr(modules, "hook_single", None)
+        monkeypatch.setattr(modules, "alias_hooked", None)
+    x = torch.randn(4, 2, requires_grad=True)
+    a, _ = (x * 1).split(2)
+    bw = modules._ModuleBackward(torch.nn.Identity(), lambda *h: None, lambda *p: None)
+    out = bw.outputs(a)
+    out.add_(1)  # raises on the chunk's own view meta
+    assert out.grad_fn.name() != "AliasBackward0"  # rebased: as after torch's BackwardHook, no hook on this path
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.cat([torch.ones(2, 2), torch.zeros(2, 2)]))
