@@ -6,10 +6,11 @@ a module call a pre-hook on each side of its backward capture. Through torch's P
 torch would wrap the callable in, for about a quarter of that (``benchmarks/README.md``).
 
 Its binary is bound to the torch it was compiled against, and a pip build has no torch to compile against, so it
-is built where it runs: the launcher calls ``build()`` before any rank starts (a compiler and torch's headers, ~30 s,
+is built where it runs: the launcher calls ``build()`` before any rank starts (a compiler and torch's headers, ~20 s,
 once per torch, Python and source), into ``MSPROBE_CACHE_DIR`` (default ``~/.cache/msprobe-launch``), named by a
-tag of the three. Ranks never build: ``load()`` imports the cached binary of their own tag, or gives None and
-the hooks go through torch's Python API as before. ``MSPROBE_NODE_HOOK=0`` switches both off.
+tag of the three. Ranks never build: ``load()`` imports the cached binary of their own tag (one the user owns and
+nobody else can write), or gives None and the hooks go through torch's Python API as before.
+``MSPROBE_NODE_HOOK=0`` switches both off.
 
 Torch-free until ``load()``, which imports torch; ``python -m msprobe_inject.nodehook``
 builds (what the launcher runs, in a child process, so that the launcher never imports torch).
@@ -77,6 +78,17 @@ def binary_path(the_tag: str, environ: Optional[Mapping[str, str]] = None) -> Pa
     return cache_root(environ) / "nodehook" / the_tag / f"{_NAME}{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
+def _only_mine(path: Path) -> bool:
+    """The binary and its directory are this user's and nobody else may write them: a binary another user could
+    replace is code of theirs that every rank would run."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for p in (path, path.parent):
+        st = os.stat(p, follow_symlinks=False)
+        if (uid is not None and st.st_uid != uid) or st.st_mode & 0o022:
+            return False
+    return True
+
+
 def load(the_tag: Optional[str] = None) -> Optional[Any]:
     """The built extension of this torch, or None (not built, switched off, or not the binary of this tag)."""
     try:
@@ -86,7 +98,7 @@ def load(the_tag: Optional[str] = None) -> Optional[Any]:
         if the_tag is None:
             return None
         path = binary_path(the_tag)
-        if not path.is_file():
+        if not path.is_file() or not _only_mine(path):
             return None
         import torch  # noqa: F401  (its libraries, which the binary links against, and its Python types)
 
@@ -132,6 +144,7 @@ def build(timeout: float = 900.0, environ: Optional[Mapping[str, str]] = None,
     t0 = time.monotonic()
     try:
         final.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        os.chmod(final.parent, 0o755)  # whatever the umask: load() takes no binary that others could replace
         shutil.rmtree(work, ignore_errors=True)
         proc = subprocess.run([sys.executable, "-m", "msprobe_inject.nodehook", str(work), the_tag],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

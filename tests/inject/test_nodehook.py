@@ -121,6 +121,16 @@ def test_a_binary_of_another_tag_or_no_binary_is_not_loaded(tmp_path, monkeypatc
     mine = nodehook.binary_path(nodehook.tag())
     mine.parent.mkdir(parents=True)
     shutil.copy(built, mine)
+    os.chmod(mine.parent, 0o755)  # whatever the umask
+    os.chmod(mine, 0o755)
+    assert nodehook.load() is not None
+    # writable by others: refused (another user's code in every rank), the binary or its directory
+    os.chmod(mine, 0o775)
+    assert nodehook.load() is None
+    os.chmod(mine, 0o755)
+    os.chmod(mine.parent, 0o777)
+    assert nodehook.load() is None
+    os.chmod(mine.parent, 0o755)
     assert nodehook.load() is not None
     monkeypatch.setenv(envvars.NODE_HOOK, "0")
     assert nodehook.load() is None
