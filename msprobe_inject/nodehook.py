@@ -12,8 +12,8 @@ tag of the three. Ranks never build: ``load()`` imports the cached binary of the
 nobody else can write), or gives None and the hooks go through torch's Python API as before.
 ``MSPROBE_NODE_HOOK=0`` switches both off.
 
-Torch-free until ``load()``, which imports torch; ``python -m msprobe_inject.nodehook``
-builds (what the launcher runs, in a child process, so that the launcher never imports torch).
+Torch-free until ``load()``, which imports torch; the compile itself runs in a child process (the launcher never
+imports torch). ``python -m msprobe_inject.nodehook`` builds ahead of any launch.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from msprobe_inject import envvars
 
@@ -146,7 +146,7 @@ def build(timeout: float = 900.0, environ: Optional[Mapping[str, str]] = None,
         final.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         os.chmod(final.parent, 0o755)  # whatever the umask: load() takes no binary that others could replace
         shutil.rmtree(work, ignore_errors=True)
-        proc = subprocess.run([sys.executable, "-m", "msprobe_inject.nodehook", str(work), the_tag],
+        proc = subprocess.run([sys.executable, "-m", "msprobe_inject.nodehook", "--compile", str(work), the_tag],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout, env=child_env)
         built = work / final.name
@@ -182,5 +182,22 @@ def _compile(out_dir: str, the_tag: str) -> None:
     cmd.run()
 
 
+def main(argv: List[str]) -> int:
+    """``python -m msprobe_inject.nodehook``: build into the cache ahead of any launch (an image's build step, a
+    cluster's shared cache), as the launcher would; exit code 1 where it cannot be built."""
+    if argv[:1] == ["--compile"]:  # build()'s child
+        _compile(argv[1], argv[2])
+        return 0
+    said = build(announce=lambda what: print(what, flush=True))
+    the_tag = tag()
+    path = binary_path(the_tag) if the_tag else None
+    if path is not None and path.is_file():
+        print(f"{said or 'built before'}: {path}")
+        return 0
+    print(said or ("switched off" if not enabled() else "no torch" if the_tag is None
+                   else f"not built: a failed build is not retried for a day ({path.parent / 'failed.txt'})"))
+    return 1
+
+
 if __name__ == "__main__":
-    _compile(sys.argv[1], sys.argv[2])
+    sys.exit(main(sys.argv[1:]))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +16,15 @@ from torch._dynamo import compiled_autograd
 from msprobe_inject import envvars, nodehook
 from tests.util import clean_env, rank_dir, run_config
 
-pytestmark = pytest.mark.skipif(nodehook.load() is None, reason="the C++ node hooks are not built (tests/conftest.py)")
+needs_binary = pytest.mark.skipif(nodehook.load() is None, reason="the C++ node hooks are not built (conftest.py)")
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler")
+def test_a_machine_with_a_compiler_has_them_built():
+    """tests/conftest.py builds them as the launcher does: a source or a build that no longer compiles fails here
+    (every other test of this module would only be skipped)."""
+    failed = nodehook.binary_path(nodehook.tag()).parent / "failed.txt"
+    assert nodehook.load() is not None, failed.read_text() if failed.is_file() else "no binary, no failed.txt"
 
 
 def _native():
@@ -64,6 +74,7 @@ def _graph(native: bool, seen: list, compiled: bool = False):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled autograd"])
+@needs_binary
 def test_the_hooks_see_and_hand_on_what_torchs_python_hooks_do(compiled):
     ours, torchs = [], []
     g_ours = _graph(True, ours, compiled)
@@ -77,6 +88,7 @@ def test_the_hooks_see_and_hand_on_what_torchs_python_hooks_do(compiled):
     assert torch.equal(ours[0][1][0], ours[1][2][0])
 
 
+@needs_binary
 def test_a_hook_that_raises_changes_nothing_and_raises_nothing():
     def boom(*args):
         raise ValueError("a tool bug")
@@ -94,6 +106,7 @@ def test_a_hook_that_raises_changes_nothing_and_raises_nothing():
     assert torch.equal(x.grad, expected)
 
 
+@needs_binary
 def test_no_hook_where_there_is_no_node():
     x = torch.randn(2, requires_grad=True)
     called = []
@@ -106,6 +119,7 @@ def test_no_hook_where_there_is_no_node():
     assert not called
 
 
+@needs_binary
 def test_a_binary_of_another_tag_or_no_binary_is_not_loaded(tmp_path, monkeypatch):
     built = nodehook.binary_path(nodehook.tag())
     monkeypatch.setenv(envvars.CACHE_DIR, str(tmp_path))
@@ -156,6 +170,7 @@ with open("native.txt", "w") as fh:
 
 
 @pytest.mark.parametrize("level", ["mix", "L0"])
+@needs_binary
 def test_a_dump_is_the_same_through_the_cpp_hooks_and_through_torchs_python_api(tmp_path, level):
     dumps = {}
     for way, value in (("native", "1"), ("python", "0")):
@@ -173,6 +188,7 @@ def test_a_dump_is_the_same_through_the_cpp_hooks_and_through_torchs_python_api(
     assert dumps["native"] == dumps["python"]
 
 
+@needs_binary
 def test_hook_single_takes_one_plain_tensor_and_leaves_every_other_value_to_python():
     hook_single = _native().hook_single
     seen = []
@@ -200,6 +216,7 @@ def test_hook_single_takes_one_plain_tensor_and_leaves_every_other_value_to_pyth
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["C++", "Python"])
+@needs_binary
 def test_a_captured_chunk_of_a_split_takes_in_place_ops(native, monkeypatch):
     """A split's chunk is a view whose creation meta forbids in-place ops on its views; the capture's alias of it
     gets the default meta, as msprobe's BackwardHookFunction output does (modules._fix_view)."""
@@ -216,3 +233,20 @@ def test_a_captured_chunk_of_a_split_takes_in_place_ops(native, monkeypatch):
     assert out.grad_fn.name() != "AliasBackward0"  # rebased: as after torch's BackwardHook, no hook on this path
     out.sum().backward()
     assert torch.equal(x.grad, torch.cat([torch.ones(2, 2), torch.zeros(2, 2)]))
+
+
+@needs_binary
+def test_the_module_builds_ahead_of_a_launch_and_says_where(tmp_path):
+    """``python -m msprobe_inject.nodehook``: what an image's build step runs so that no launch compiles."""
+    env = clean_env(MSPROBE_CACHE_DIR=str(tmp_path))
+    cmd = [sys.executable, "-m", "msprobe_inject.nodehook"]
+    broken = dict(env, CC="/nonexistent/cc", CXX="/nonexistent/c++")
+    proc = subprocess.run(cmd, env=broken, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "compiling the C++ node hooks" in proc.stdout and "not built (" in proc.stdout
+    proc = subprocess.run(cmd, env=broken, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "not retried for a day" in proc.stdout
+    mine = nodehook.binary_path(nodehook.tag(), {envvars.CACHE_DIR: str(tmp_path)})
+    os.unlink(mine.parent / "failed.txt")
+    shutil.copy(nodehook.binary_path(nodehook.tag()), mine)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"built before: {mine}"
