@@ -117,22 +117,9 @@ static PyObject* post(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
-// alias_pre(t, fn): t's alias (aten.alias through autograd, as t[...]: an AliasBackward0 node) with fn as that
-// node's pre-hook, as v.grad_fn.register_prehook(fn) adds it; None where the alias has no node
-static PyObject* alias_pre(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  if (!two_args(args, n, "alias_pre(tensor, callable)")) return nullptr;
-  HANDLE_TH_ERRORS
-  at::Tensor v = at::alias(THPVariable_Unpack(args[0]));
-  const auto& node = v.grad_fn();
-  if (!node) Py_RETURN_NONE;
-  node->add_pre_hook(std::make_unique<PreHook>(args[1]));
-  return THPVariable_Wrap(std::move(v));
-  END_HANDLE_TH_ERRORS
-}
-
 // hook_single(value, fn): a module call's backward capture where its value is one plain tensor, bare or in a tuple
 // of one (the common input and output): the value with the tensor's alias in its place, fn the alias node's
-// pre-hook (alias_pre), the alias's creation meta reset where the tensor is a view (modules._fix_view: in-place ops
+// pre-hook (as v.grad_fn.register_prehook(fn) adds it; the alias is aten.alias, what t[...] makes), the alias's creation meta reset where the tensor is a view (modules._fix_view: in-place ops
 // on it keep working); the value itself where no backward hook can see the tensor (grad mode off, no grad
 // required; an empty tuple); NotImplemented for every other value, which the Python capture takes. Its tensor
 // reads are C++'s: in Python each goes through the dump mode's __torch_function__ while it is pushed.
@@ -180,8 +167,6 @@ static PyMethodDef methods[] = {
     {"hook_single", (PyCFunction)(void (*)(void))hook_single, METH_FASTCALL,
      "hook_single(value, fn): value's one plain tensor through a hooked alias"},
     {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(tensor, fn): fn after the node that made tensor"},
-    {"alias_pre", (PyCFunction)(void (*)(void))alias_pre, METH_FASTCALL,
-     "alias_pre(tensor, fn): tensor's alias, fn before its node"},
     {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_nodehook", nullptr, -1, methods};

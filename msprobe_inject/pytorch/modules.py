@@ -11,7 +11,7 @@ import torch
 
 from ..dumpformat import names
 from ..recorder import ModuleFrame, Recorder
-from .state import COMPILER, alias_hooked, dynamo_compiling, hook_single, tls
+from .state import COMPILER, dynamo_compiling, hook_single, tls
 
 _STRIDED = torch.strided
 _graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
@@ -144,20 +144,21 @@ class _ModuleBackward:
         t = tensors[0]
         if len(tensors) == 1 and type(t) is torch.Tensor and t.layout is _STRIDED and not t.is_nested:
             # aten.alias: its AliasBackward0 hands the gradient on as it is, where view_as's ViewBackward0 reshapes
-            # it. In C++ with the hook (state.alias_hooked), or as t[...], the indexing's fast path to it.
-            if alias_hooked is not None:
-                v = alias_hooked(t, fn)
-                if v is None:
+            # it. In C++ with the hook and the view's meta (hook_single), or as t[...], the indexing's fast path to it.
+            if hook_single is not None:
+                v = hook_single(t, fn)
+                if v is t:  # no node
                     return value
+                hooked = (v,)
                 node = None
             else:
                 v = t[...]
                 node = v.grad_fn
                 if node is None:
                     return value
-            # in grad mode a view of a tensor that is no view is created with the default meta: only a view's
-            # view can inherit one that forbids in-place ops (a split's chunk)
-            hooked = (v,) if t._base is None else (_fix_view(v),)
+                # in grad mode a view of a tensor that is no view is created with the default meta: only a view's
+                # view can inherit one that forbids in-place ops (a split's chunk)
+                hooked = (v,) if t._base is None else (_fix_view(v),)
         else:  # sparse and nested tensors have no view; subclasses keep their own dispatch
             hooked = tuple([_fix_view(h) for h in _HookFn.apply(*tensors)])
             node = next((h.grad_fn for h in hooked if h.grad_fn is not None

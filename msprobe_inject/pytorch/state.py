@@ -26,12 +26,10 @@ else:  # another torch: its own question, and no flag of its own to read
     COMPILER = types.SimpleNamespace(_is_compiling_flag=False)
 
 # The C++ node hooks of this torch when built (msprobe_inject.nodehook): hook_after(t, fn) in place of
-# t.grad_fn.register_hook(fn), alias_hooked(t, fn) in place of t[...] and its grad_fn.register_prehook(fn),
-# hook_single(value, fn) for a module call's capture of one plain tensor; None where they are not built, and the
-# hooks go through torch's Python API
+# t.grad_fn.register_hook(fn), hook_single(value, fn) for a module call's capture of one plain tensor (t[...] and its
+# grad_fn.register_prehook(fn)); None where they are not built, and the hooks go through torch's Python API
 _native = nodehook.load()
 hook_after = getattr(_native, "post", None)
-alias_hooked = getattr(_native, "alias_pre", None)
 hook_single = getattr(_native, "hook_single", None)
 
 

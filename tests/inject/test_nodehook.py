@@ -57,7 +57,7 @@ def _graph(native: bool, seen: list, compiled: bool = False):
 
     if native:
         assert _native().post(y, after) is True
-        v = _native().alias_pre(y, before)
+        v = _native().hook_single(y, before)
     else:
         y.grad_fn.register_hook(after)
         v = y[...]
@@ -101,7 +101,7 @@ def test_a_hook_that_raises_changes_nothing_and_raises_nothing():
     x.grad = None
     y = x * 3
     assert _native().post(y, boom)
-    z = torch.relu(_native().alias_pre(y, boom))
+    z = torch.relu(_native().hook_single(y, boom))
     z.sum().backward()
     assert torch.equal(x.grad, expected)
 
@@ -113,7 +113,8 @@ def test_no_hook_where_there_is_no_node():
     assert _native().post(x, called.append) is False  # a leaf
     with torch.no_grad():
         assert _native().post(x * 2, called.append) is False
-        assert _native().alias_pre(x * 2, called.append) is None
+        y = x * 2
+        assert _native().hook_single(y, called.append) is y
     with pytest.raises(TypeError):
         _native().post([x], called.append)
     assert not called
@@ -165,7 +166,7 @@ def test_a_build_that_fails_says_why_once_and_is_not_retried_at_every_launch(tmp
 WHICH_HOOKS = """
 import msprobe_inject.pytorch.state as _state
 with open("native.txt", "w") as fh:
-    fh.write("1" if _state.hook_after is not None and _state.alias_hooked is not None else "0")
+    fh.write("1" if _state.hook_after is not None and _state.hook_single is not None else "0")
 """
 
 
@@ -224,7 +225,6 @@ def test_a_captured_chunk_of_a_split_takes_in_place_ops(native, monkeypatch):
 
     if not native:
         monkeypatch.setattr(modules, "hook_single", None)
-        monkeypatch.setattr(modules, "alias_hooked", None)
     x = torch.randn(4, 2, requires_grad=True)
     a, _ = (x * 1).split(2)
     bw = modules._ModuleBackward(torch.nn.Identity(), lambda *h: None, lambda *p: None)
@@ -250,3 +250,25 @@ def test_the_module_builds_ahead_of_a_launch_and_says_where(tmp_path):
     shutil.copy(nodehook.binary_path(nodehook.tag()), mine)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == f"built before: {mine}"
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C++", "Python"])
+@needs_binary
+def test_one_tensor_inside_a_list_a_dict_or_beside_a_number_is_captured(native, monkeypatch):
+    """The Python capture's one-tensor branch (hook_single takes a bare tensor or a tuple of one itself)."""
+    from msprobe_inject.pytorch import modules
+
+    if not native:
+        monkeypatch.setattr(modules, "hook_single", None)
+    for wrap, unwrap in ((lambda t: [t], lambda v: v[0]), (lambda t: {"a": t}, lambda v: v["a"]),
+                         (lambda t: (t, 3), lambda v: v[0])):
+        x = torch.randn(2, 3, requires_grad=True)
+        calls = []
+        bw = modules._ModuleBackward(torch.nn.Identity(), lambda m, gi, go, c=calls: c.append(("hook", gi, go)),
+                                     lambda m, go, c=calls: c.append(("pre", go)))
+        out = bw.outputs(wrap(x * 2))
+        assert unwrap(out).grad_fn.name() == "AliasBackward0"
+        (unwrap(out) * 3).sum().backward()
+        assert [c[0] for c in calls] == ["pre", "hook"]
+        assert torch.equal(calls[0][1][0], torch.full((2, 3), 3.0)) and calls[1][1] == ()
+        assert torch.equal(x.grad, torch.full((2, 3), 6.0))

@@ -273,7 +273,7 @@ def test_the_node_hooks_are_compiled_before_the_ranks_start_and_a_failed_compile
                     reason="the C++ node hooks are not built (tests/conftest.py)")
 def test_a_rank_registers_its_hooks_through_the_cached_node_hooks(tmp_path):
     code = ("import torch, msprobe_inject.pytorch.state as s; "
-            "print('native', s.hook_after is not None and s.alias_hooked is not None)")
+            "print('native', s.hook_after is not None and s.hook_single is not None)")
     proc = launch(["--dump-path", "d", "--", sys.executable, "-c", code], str(tmp_path), check=0)
     assert "native True" in proc.stdout and "node hooks" not in proc.stderr
     proc = launch(["--dump-path", "d", "--overwrite", "--", sys.executable, "-c", code], str(tmp_path),
