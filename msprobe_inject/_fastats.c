@@ -1136,6 +1136,22 @@ static PyObject *S_dtype, *S_layout, *S_is_cpu, *S_is_neg, *S_is_contiguous, *S_
     *K_device, *V_tensor, *V_float32, *V_bool, *V_int, *V_float, *V_str;
 #define NOT_MINE ((PyObject *)&E) /* a leaf encode.py must do: no exception set */
 
+/* A tensor's metadata from its TensorImpl, read by the C++ node hooks' build (msprobe_inject/pytorch/_nodehook.cpp,
+ * compiled against the torch it runs with) where it is loaded: one call in place of the nine reads through torch's
+ * Python getters, each with torch's error-handling frame and warning handler (~3,000 instructions per tensor). The
+ * layout is that file's, versioned by the capsule's name; set_meta installs it. */
+typedef struct {
+    int64_t numel;
+    const void *data;
+    const int64_t *sizes;
+    int64_t ndim;
+    int f32, strided, cpu, neg, contiguous, requires_grad;
+} tmeta_v1;
+typedef int (*tmeta_fn)(PyObject *, tmeta_v1 *);
+#define TMETA_CAPSULE "msprobe_inject.tensor_meta.v1"
+static tmeta_fn T_meta;
+static PyObject *T_capsule;
+
 static int
 intern_names(void)
 {
@@ -1459,41 +1475,44 @@ hex8(char *out, uint32_t v)
 
 /* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
  * encode.StatCache for those, or None */
-static PyObject *
-tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
+/* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 0 for a
+ * tensor encode.py encodes (no exception set) */
+static int
+py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out, PyObject **ptr_out,
+        PyObject **size_out, PyObject **rg_out)
 {
     PyObject *o = tget(t, A_NUMEL); /* first: a large tensor is encode.py's at once */
     if (o == NULL) {
         PyErr_Clear();
-        return NOT_MINE;
+        return 0;
     }
     Py_ssize_t n = PyLong_AsSsize_t(o);
     Py_DECREF(o);
     int large = n > E.max_numel;
     if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR))) {
         PyErr_Clear();
-        return NOT_MINE;
+        return 0;
     }
     if (!attr_is(t, A_DTYPE, E.f32) || !attr_is(t, A_LAYOUT, E.strided) || !attr_is(t, A_IS_CPU, Py_True)
         || !attr_is(t, A_IS_NEG, Py_False))
-        return NOT_MINE;
+        return 0;
     /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
     int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True);
     if (!contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
-        return NOT_MINE;
+        return 0;
     PyObject *ptr = tget(t, A_DATA_PTR);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
     if (p == NULL) { /* no storage (a functorch or fake tensor) */
         Py_XDECREF(ptr);
         PyErr_Clear();
-        return NOT_MINE;
+        return 0;
     }
     PyObject *size = tget(t, A_SHAPE);
     if (size == NULL || !PyTuple_Check(size)) {
         Py_DECREF(ptr);
         Py_XDECREF(size);
         PyErr_Clear();
-        return NOT_MINE;
+        return 0;
     }
     PyObject *rg = tget(t, A_REQUIRES_GRAD);
     if (rg == NULL || (rg != Py_True && rg != Py_False)) {
@@ -1501,8 +1520,64 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         Py_DECREF(size);
         Py_XDECREF(rg);
         PyErr_Clear();
-        return NOT_MINE;
+        return 0;
     }
+    *n_out = n, *contig_out = contiguous, *p_out = p, *ptr_out = ptr, *size_out = size, *rg_out = rg;
+    return 1;
+}
+
+/* The same from the TensorImpl (T_meta): 1 as py_meta, 0 for encode.py, -1 where the C++ read declined (py_meta's
+ * turn). Every test is py_meta's, in its order. */
+static int
+cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out,
+         PyObject **ptr_out, PyObject **size_out, PyObject **rg_out)
+{
+    tmeta_v1 m;
+    if (T_meta(t, &m) != 0)
+        return -1;
+    Py_ssize_t n = (Py_ssize_t)m.numel;
+    int large = n > E.max_numel;
+    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR)))
+        return 0;
+    if (!m.f32 || !m.strided || !m.cpu || m.neg)
+        return 0;
+    if (!m.contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
+        return 0;
+    if (m.data == NULL)
+        return 0;
+    PyObject *size = PyTuple_New((Py_ssize_t)m.ndim);
+    PyObject *ptr = size == NULL ? NULL : PyLong_FromVoidPtr((void *)m.data);
+    for (Py_ssize_t i = 0; ptr != NULL && i < (Py_ssize_t)m.ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(m.sizes[i]);
+        if (d == NULL) {
+            Py_CLEAR(ptr);
+            break;
+        }
+        PyTuple_SET_ITEM(size, i, d);
+    }
+    if (ptr == NULL) {
+        Py_XDECREF(size);
+        PyErr_Clear();
+        return -1;
+    }
+    *n_out = n, *contig_out = m.contiguous, *p_out = (const float *)m.data, *ptr_out = ptr, *size_out = size;
+    *rg_out = NEW_REF(m.requires_grad ? Py_True : Py_False);
+    return 1;
+}
+
+static PyObject *
+tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
+{
+    Py_ssize_t n;
+    int contiguous;
+    const float *p;
+    PyObject *ptr, *size, *rg;
+    int got = T_meta != NULL ? cxx_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg) : -1;
+    if (got < 0)
+        got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
+    if (!got)
+        return NOT_MINE;
+    int large = n > E.max_numel;
     PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
     if (large && cache != Py_None && mode != MODE_NORM) { /* the cache holds all four figures */
         entries = PyObject_GetAttr(cache, S_entries);
@@ -1803,6 +1878,25 @@ fastats_entries_setup(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* set_meta(capsule or None): tensor_entry reads a tensor's metadata through the capsule's function (the C++ node
+ * hooks' tensor_meta), or through torch's Python getters (None). True once installed. */
+static PyObject *
+fastats_set_meta(PyObject *self, PyObject *arg)
+{
+    if (arg == Py_None) {
+        T_meta = NULL;
+        Py_CLEAR(T_capsule);
+        Py_RETURN_FALSE;
+    }
+    tmeta_fn fn = (tmeta_fn)PyCapsule_GetPointer(arg, TMETA_CAPSULE);
+    if (fn == NULL)
+        return NULL;
+    Py_INCREF(arg);
+    Py_XSETREF(T_capsule, arg);
+    T_meta = fn;
+    Py_RETURN_TRUE;
+}
+
 /* cache_setup(READY, storage_refs): what encode.StatCache's entries hold, for entries' cache */
 static PyObject *
 fastats_cache_setup(PyObject *self, PyObject *args)
@@ -1878,6 +1972,9 @@ static PyMethodDef methods[] = {
      "storage, for the statistics cache entries looks up and fills"},
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
+    {"set_meta", fastats_set_meta, METH_O,
+     "set_meta(capsule or None): entries reads a tensor's metadata through the C++ node hooks' tensor_meta capsule, "
+     "or through torch's Python getters (None); True once installed"},
     {"untrack", fastats_untrack, METH_O,
      "untrack(value) -> value: its dicts, lists and tuples, deepest first, no longer followed by the collector where "
      "nothing in them is followed (a writer event, a record body, an entry and its shape); another value as it is"},

@@ -163,6 +163,52 @@ static PyObject* hook_single(PyObject*, PyObject* const* args, Py_ssize_t n) {
   END_HANDLE_TH_ERRORS
 }
 
+// The metadata _fastats.entries reads of a tensor before its statistics, from its TensorImpl in one call: through
+// torch's Python getters that is nine calls, each with torch's error-handling frame and warning handler (~3,000
+// instructions per tensor). _fastats takes the function from this module's capsule (tensor_meta), whose name
+// carries the struct's version; its layout is _fastats.c's tmeta_v1. 0: read; -1: not a tensor this reads (a
+// wrapper, a subclass's dispatch, symbolic sizes, no storage, any error), for _fastats to read through Python.
+extern "C" {
+typedef struct {
+  int64_t numel;
+  const void* data;
+  const int64_t* sizes;  // the tensor's own, valid while it lives
+  int64_t ndim;
+  int f32, strided, cpu, neg, contiguous, requires_grad;
+} tmeta_v1;
+}
+
+static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
+  try {
+    if (!THPVariable_Check(obj)) return -1;
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!t.defined()) return -1;
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    // what Python's getters would answer otherwise or refuse: a subclass's or a mode's Python dispatch, functorch's
+    // wrappers (their data pointer raises), functionalization, nested tensors, sizes that are symbols
+    static const c10::DispatchKeySet other(
+        {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::FuncTorchBatched,
+         c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::Functionalize,
+         c10::DispatchKey::BatchedNestedTensor, c10::DispatchKey::NestedTensor});
+    if (impl->key_set().has_any(other) || impl->has_symbolic_sizes_strides() || !impl->has_storage()) return -1;
+    m->numel = impl->numel();
+    m->f32 = impl->dtype() == caffe2::TypeMeta::Make<float>();
+    m->strided = impl->layout() == at::kStrided;
+    m->cpu = impl->is_cpu();
+    m->neg = impl->is_neg();
+    m->contiguous = impl->is_contiguous();
+    // the address torch's data_ptr() gives, without materialising a lazy copy's storage for the tool's read
+    m->data = m->numel > 0 ? t.const_data_ptr() : nullptr;
+    auto sizes = impl->sizes();
+    m->sizes = sizes.data();
+    m->ndim = (int64_t)sizes.size();
+    m->requires_grad = impl->requires_grad();
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
 static PyMethodDef methods[] = {
     {"hook_single", (PyCFunction)(void (*)(void))hook_single, METH_FASTCALL,
      "hook_single(value, fn): value's one plain tensor through a hooked alias"},
@@ -175,6 +221,12 @@ PyMODINIT_FUNC PyInit__nodehook(void) {
   PyObject* m = PyModule_Create(&module_def);
   // the build's tag (the torch, Python and source it was built for): nodehook.load() refuses it under any other
   if (m && PyModule_AddStringConstant(m, "TAG", MSPROBE_NODEHOOK_TAG) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  PyObject* meta = m ? PyCapsule_New((void*)&tensor_meta, "msprobe_inject.tensor_meta.v1", nullptr) : nullptr;
+  if (m && (!meta || PyModule_AddObject(m, "tensor_meta", meta) < 0)) {
+    Py_XDECREF(meta);
     Py_DECREF(m);
     return nullptr;
   }

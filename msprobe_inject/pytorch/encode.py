@@ -21,6 +21,7 @@ import torch
 from .. import entries
 from ..dumpformat import files
 from . import checksums, ptfile
+from .state import _native
 
 MAX_DEPTH = 400
 _FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -65,6 +66,10 @@ try:  # a whole value's entries in one call (a kernel built before it lacks the 
     from .._fastats import entries_setup as _fast_entries_setup
 except ImportError:  # pragma: no cover - the Python encoder alone
     _fast_entries = _fast_entries_setup = _fast_cache_setup = None
+try:  # a tensor's metadata from its TensorImpl (the C++ node hooks' build), where both are built
+    from .._fastats import set_meta as _fast_set_meta
+except ImportError:  # pragma: no cover - torch's Python getters
+    _fast_set_meta = None
 _isfinite = math.isfinite
 _NAN = float("nan")
 _sqrt = math.sqrt
@@ -612,7 +617,23 @@ def use_fast_entries() -> bool:
                 _entries_on = True
             except Exception:  # the Python encoder alone
                 pass
+            if _entries_on:
+                use_tensor_meta(True)
     return _entries_on
+
+
+def use_tensor_meta(on: bool) -> bool:
+    """_fastats.entries reads a tensor's metadata (numel, dtype, layout, device, neg bit, contiguity, data pointer,
+    shape, requires_grad) from its TensorImpl through the C++ node hooks where they are loaded, or through torch's
+    Python getters (off, or not loaded). The same figures either way. True when on."""
+    meta = getattr(_native, "tensor_meta", None) if on else None
+    if _fast_set_meta is None:
+        return False
+    try:
+        return bool(_fast_set_meta(meta))
+    except Exception:  # another build's capsule: the getters
+        _fast_set_meta(None)
+        return False
 
 
 _entries_on: Optional[bool] = None

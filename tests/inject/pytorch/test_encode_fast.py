@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import json
 import random
+import warnings
 
 import pytest
 import torch
@@ -438,3 +439,83 @@ def test_the_garbage_collector_does_not_follow_the_python_encoders_entries_eithe
     assert gc.is_tracked(out[0])
     mixed = enc.encode([tensors[0], object()], Pending(), None)  # an object the encoder writes as null
     assert not gc.is_tracked(mixed)
+
+
+needs_meta = pytest.mark.skipif(getattr(encode._native, "tensor_meta", None) is None,
+                                reason="the C++ node hooks are not built (conftest.py)")
+
+
+def _entries_text(enc: encode.Encoder, value, meta: bool) -> str:
+    """The C call's entries with the tensors' metadata read from their TensorImpl (meta) or through torch's getters;
+    what it leaves to the Python encoder is marked, not encoded, so that a tensor either read declines shows."""
+    encode.use_tensor_meta(meta)
+    try:
+        pending = Pending()
+        out = encode._fast_entries(value, lambda v, key, pending, top: "python's", pending, enc._entry_mode,
+                                   torch.get_num_threads(), None)
+        return repr(out)
+    finally:
+        encode.use_tensor_meta(True)
+
+
+def _odd_tensors() -> list:
+    """Tensors whose metadata Python's getters answer otherwise than a plain one's, or refuse."""
+    base = torch.randn(6, 5)
+    out = [base[1:, 2:], base.t(), base[::2], torch._neg_view(base), torch.empty(0), torch.randn(()),
+           torch.randn(3, device="meta"), base.to(torch.float64), base.to_sparse(), torch.nn.Parameter(base.clone()),
+           base.clone().requires_grad_()]
+    with torch.inference_mode():
+        out.append(torch.randn(4, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors' prototype warning
+        out.append(torch.nested.nested_tensor([torch.randn(2), torch.randn(3)]))
+    lazy = torch.randn(5, 5)
+    out.append(torch._lazy_clone(lazy) if hasattr(torch, "_lazy_clone") else lazy)
+    return out
+
+
+@needs_meta
+@pytest.mark.parametrize("summary", ["statistics", "md5", "xor"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_tensors_metadata_read_in_cxx_gives_the_entries_torchs_getters_give(seed, summary):
+    enc = _encoder(summary_mode=summary)
+    assert enc._entries is not None
+    rng = random.Random(seed)
+    values = [[t] for t in _odd_tensors()] + [_value(rng, large=True) for _ in range(200)]
+    for i, value in enumerate(values):
+        assert _entries_text(enc, value, True) == _entries_text(enc, value, False), (seed, i, value)
+
+
+@needs_meta
+def test_the_cxx_read_declines_functorchs_wrappers_as_the_getters_do_and_reads_a_dispatch_modes_tensors():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    enc = _encoder()
+    seen = []
+
+    def f(x):
+        seen.append((_entries_text(enc, [x], True), _entries_text(enc, [x], False)))
+        return (x * x).sum()
+
+    torch.func.grad(f)(torch.randn(3))
+    torch.vmap(lambda x: f(x))(torch.randn(2, 3))
+    torch.func.functionalize(f)(torch.randn(3))
+
+    class Through(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Through():
+        y = torch.randn(3)
+        seen.append((_entries_text(enc, [y], True), _entries_text(enc, [y], False)))
+    assert len(seen) == 4  # grad's wrapper, vmap's batched tensor, a functional wrapper, the mode's tensor
+    for ours, getters in seen:
+        assert ours == getters
+
+
+@needs_meta
+def test_the_cxx_read_is_installed_where_the_hooks_are_loaded():
+    assert encode.use_fast_entries()
+    assert encode.use_tensor_meta(True) is True
+    assert encode.use_tensor_meta(False) is False
+    assert encode.use_tensor_meta(True) is True
