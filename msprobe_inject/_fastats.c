@@ -1353,6 +1353,8 @@ enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2, MODE_NORM = 3 };
  * encode.py's StatCache.key/get/put, so that a tensor read by either path is found by both ---- */
 static PyObject *C_ready;    /* encode.READY: the kind of figures that are final */
 static int C_storage_refs;   /* encode._STORAGE_REFS: a storage's Python object lives as long as the storage */
+static PyObject *C_constants; /* encode._CONSTANTS: a broadcast float32 tensor's figures by its value and shape */
+
 
 /* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device), or for a contiguous tensor (here always of one
  * or more dimensions) (data_ptr, dtype, numel, None, _version, device); NULL (no error set) if a getter failed */
@@ -1463,6 +1465,54 @@ shape_list(PyObject *size)
     return shape;
 }
 
+/* 1: every stride of t is 0 (a broadcast of one value: the gradient a sum or a mean hands back) */
+static int
+zero_strides(PyObject *t)
+{
+    PyObject *st = tget(t, A_STRIDE);
+    int zero = st != NULL && PyTuple_Check(st) && PyTuple_GET_SIZE(st) > 0;
+    for (Py_ssize_t d = 0; zero && d < PyTuple_GET_SIZE(st); d++) {
+        PyObject *s = PyTuple_GET_ITEM(st, d);
+        zero = PyLong_Check(s) && PyLong_AsLongLong(s) == 0;
+    }
+    Py_XDECREF(st);
+    PyErr_Clear();
+    return zero;
+}
+
+/* The entry of a broadcast tensor whose figures encode._constant_f32 found before, looked up as it looks them up:
+ * (its value as the kernel reads one element, that value's sign, its shape, torch's thread count from the size
+ * where torch's mean splits its sum, else 1). NOT_MINE where they are not there yet (encode.py computes and keeps
+ * them) or the value is NaN. */
+static PyObject *
+constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int mode, int threads)
+{
+    result_t r1;
+    run_job((const char *)p, 1, 4, JOB_STATS, &r1);
+    double v = r1.mx;
+    if (v != v || C_constants == NULL || (n >= TS_GRAIN && threads < 1))
+        return NOT_MINE;
+    PyObject *key = Py_BuildValue("(ddOn)", v, copysign(1.0, v), size, n >= TS_GRAIN ? (Py_ssize_t)threads : 1);
+    PyObject *got = key == NULL ? NULL : PyDict_GetItemWithError(C_constants, key); /* borrowed */
+    Py_XDECREF(key);
+    if (got == NULL || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2 || PyTuple_GET_ITEM(got, 1) != C_ready
+        || !PyTuple_Check(PyTuple_GET_ITEM(got, 0)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(got, 0)) != 4) {
+        PyErr_Clear();
+        return NOT_MINE;
+    }
+    PyObject *f = PyTuple_GET_ITEM(got, 0), *shape = shape_list(size);
+    if (shape == NULL)
+        return NULL;
+    PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(f, 0),
+                        K_min, PyTuple_GET_ITEM(f, 1), K_mean, PyTuple_GET_ITEM(f, 2), K_norm, PyTuple_GET_ITEM(f, 3),
+                        K_requires_grad, rg};
+    if (mode == MODE_NORM) /* the Norm alone (Encoder.norm_only) */
+        kv[7] = kv[9] = kv[11] = Py_None;
+    PyObject *d = dict_of(kv, 8);
+    Py_DECREF(shape);
+    return d;
+}
+
 /* "%08x" of a CRC-32, without snprintf's format parsing */
 static void
 hex8(char *out, uint32_t v)
@@ -1475,8 +1525,8 @@ hex8(char *out, uint32_t v)
 
 /* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
  * encode.StatCache for those, or None */
-/* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 0 for a
- * tensor encode.py encodes (no exception set) */
+/* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 2 the
+ * same for a broadcast of one value (constant_entry's), 0 for a tensor encode.py encodes (no exception set) */
 static int
 py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out, PyObject **ptr_out,
         PyObject **size_out, PyObject **rg_out)
@@ -1497,8 +1547,10 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
         || !attr_is(t, A_IS_NEG, Py_False))
         return 0;
     /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
-    int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True);
-    if (!contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
+    int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True), kind = 1;
+    if (!contiguous && (mode == MODE_STATISTICS || mode == MODE_NORM) && zero_strides(t))
+        kind = 2; /* a broadcast: constant_entry */
+    else if (!contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
         return 0;
     PyObject *ptr = tget(t, A_DATA_PTR);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
@@ -1523,7 +1575,7 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
         return 0;
     }
     *n_out = n, *contig_out = contiguous, *p_out = p, *ptr_out = ptr, *size_out = size, *rg_out = rg;
-    return 1;
+    return kind;
 }
 
 /* The same from the TensorImpl (T_meta): 1 as py_meta, 0 for encode.py, -1 where the C++ read declined (py_meta's
@@ -1541,7 +1593,10 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
         return 0;
     if (!m.f32 || !m.strided || !m.cpu || m.neg)
         return 0;
-    if (!m.contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
+    int kind = 1;
+    if (!m.contiguous && (mode == MODE_STATISTICS || mode == MODE_NORM) && zero_strides(t))
+        kind = 2;
+    else if (!m.contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
         return 0;
     if (m.data == NULL)
         return 0;
@@ -1562,7 +1617,7 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
     }
     *n_out = n, *contig_out = m.contiguous, *p_out = (const float *)m.data, *ptr_out = ptr, *size_out = size;
     *rg_out = NEW_REF(m.requires_grad ? Py_True : Py_False);
-    return 1;
+    return kind;
 }
 
 static PyObject *
@@ -1577,6 +1632,15 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
     if (!got)
         return NOT_MINE;
+    if (got == 2) {
+        PyObject *d = constant_entry(p, n, size, rg, mode, threads);
+        Py_DECREF(ptr);
+        Py_DECREF(size);
+        Py_DECREF(rg);
+        if (d != NULL && d != NOT_MINE)
+            PyObject_GC_UnTrack(d);
+        return d;
+    }
     int large = n > E.max_numel;
     PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
     if (large && cache != Py_None && mode != MODE_NORM) { /* the cache holds all four figures */
@@ -1897,14 +1961,17 @@ fastats_set_meta(PyObject *self, PyObject *arg)
     Py_RETURN_TRUE;
 }
 
-/* cache_setup(READY, storage_refs): what encode.StatCache's entries hold, for entries' cache */
+/* cache_setup(READY, storage_refs[, constants]): what encode.StatCache's entries hold, for entries' cache; constants:
+ * encode._CONSTANTS, where constant_entry looks a broadcast tensor's figures up */
 static PyObject *
 fastats_cache_setup(PyObject *self, PyObject *args)
 {
-    PyObject *ready;
+    PyObject *ready, *constants = NULL;
     int refs;
-    if (!PyArg_ParseTuple(args, "Up", &ready, &refs))
+    if (!PyArg_ParseTuple(args, "Up|O!", &ready, &refs, &PyDict_Type, &constants))
         return NULL;
+    Py_XINCREF(constants);
+    Py_XSETREF(C_constants, constants);
     if (S_dtype == NULL && intern_names() < 0)
         return NULL;
     Py_INCREF(ready);
@@ -1968,8 +2035,9 @@ static PyMethodDef methods[] = {
      "threads, torch's thread count: its larger ones too, but for xor, through cache unless None; in mode 3 any size, "
      "uncached) and scalars encoded here, the rest by fallback; NotImplemented for another value"},
     {"cache_setup", fastats_cache_setup, METH_VARARGS,
-     "cache_setup(READY, storage_refs): the final kind and whether a storage's Python object lives as long as the "
-     "storage, for the statistics cache entries looks up and fills"},
+     "cache_setup(READY, storage_refs[, constants]): the final kind and whether a storage's Python object lives as "
+     "long as the storage, for the statistics cache entries looks up and fills; the figures of broadcast tensors by "
+     "value and shape (encode._CONSTANTS)"},
     {"entries_setup", fastats_entries_setup, METH_VARARGS,
      "entries_setup(tensor, parameter, float32, strided, lanes, max elements): what entries encodes; () stops it"},
     {"set_meta", fastats_set_meta, METH_O,

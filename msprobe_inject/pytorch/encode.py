@@ -613,7 +613,7 @@ def use_fast_entries() -> bool:
         if _fast_entries_setup is not None and use_torch_mean():
             try:
                 _fast_entries_setup(_TENSOR, _PARAM, _F32, _STRIDED, _tmean_lanes, _CHEAP_UPTO)
-                _fast_cache_setup(READY, _STORAGE_REFS)
+                _fast_cache_setup(READY, _STORAGE_REFS, _CONSTANTS)
                 _entries_on = True
             except Exception:  # the Python encoder alone
                 pass

@@ -519,3 +519,39 @@ def test_the_cxx_read_is_installed_where_the_hooks_are_loaded():
     assert encode.use_tensor_meta(True) is True
     assert encode.use_tensor_meta(False) is False
     assert encode.use_tensor_meta(True) is True
+
+
+@pytest.mark.parametrize("monitor", [False, True])
+def test_a_broadcast_tensors_entry_is_the_c_calls_once_its_figures_are_known(monitor):
+    enc = _encoder(preset="monitor", level="L0") if monitor else _encoder()
+    before = torch.get_num_threads()
+    encode._CONSTANTS.clear()
+    rng = random.Random(7)
+    try:
+        for i in range(60):
+            torch.set_num_threads(1 + i % 2)  # from torch's grain up the figures depend on the thread count
+            v = rng.choice([1.0, -0.0, 0.0, 1 / 3, -2.5e-7, rng.uniform(-1e4, 1e4)])
+            shape = rng.choice([(4, 4), (3,), (7, 1, 5), (40000,), (2, 3, 4)])
+            t = torch.tensor(v).expand(*shape)
+            fallbacks: list = []
+
+            def fallback(x, key, pending, top, seen=fallbacks):
+                seen.append(key)
+                return enc._item(x, key, pending, top)
+
+            texts = []
+            for _ in range(2):
+                out = encode._fast_entries([t], fallback, Pending(), enc._entry_mode, torch.get_num_threads(), None)
+                texts.append(json.dumps(out))
+                if not texts[1:]:
+                    first = len(fallbacks)
+            # the first sight of a value and shape may compute its figures in Python; after it, none
+            assert len(fallbacks) == first <= 1, (v, shape, i)
+            assert texts[0] == texts[1] == _text(enc, [t], False), (v, shape, i)  # -0.0 and 0.0 apart
+        nan = torch.tensor(float("nan")).expand(3, 3)
+        calls: list = []
+        encode._fast_entries([nan], lambda *a: calls.append(1) or enc._item(*a), Pending(), enc._entry_mode, 1, None)
+        encode._fast_entries([nan], lambda *a: calls.append(1) or enc._item(*a), Pending(), enc._entry_mode, 1, None)
+        assert calls == [1, 1]  # a NaN is torch's, every time
+    finally:
+        torch.set_num_threads(before)
