@@ -137,7 +137,7 @@ def _resolve(mod, dotted: str):
 
 
 # ---------------------------------------------------------------- operator naming
-_code_cache: Dict[Tuple[Any, int], Optional[Tuple[str, tuple]]] = {}
+_code_cache: Dict[Tuple[Any, int], Optional[Tuple[str, tuple, bool]]] = {}
 
 
 def operator_name(method: str, frame, args) -> Optional[str]:
@@ -156,7 +156,7 @@ def operator_name(method: str, frame, args) -> Optional[str]:
         info = _code_cache[key] = _analyse(code, frame.f_lasti)
     if info is None:
         return None
-    kind, left = info
+    kind, left, right_const = info
     if kind in ("unary",):
         return _UNARY.get(method)
     if kind in _COMPARE_SYMS:
@@ -166,7 +166,7 @@ def operator_name(method: str, frame, args) -> Optional[str]:
         return None
     dunder = table[kind]
     rev = _REVERSIBLE.get(method)
-    if rev and kind in ("+", "*") and len(args) > 1 and not isinstance(args[1], torch.Tensor):
+    if rev and kind in ("+", "*") and len(args) > 1 and not isinstance(args[1], torch.Tensor) and not right_const:
         if _left_is_scalar(left, frame, args):
             return rev
     return dunder
@@ -189,16 +189,20 @@ def _analyse(code, lasti: int):
     elif ins.opname in _OLD_BINARY:
         sym = _OLD_BINARY[ins.opname]
     elif ins.opname == "COMPARE_OP":
-        return ins.argrepr, ()
+        return ins.argrepr, (), False
     elif ins.opname in ("UNARY_NEGATIVE", "UNARY_INVERT"):
-        return "unary", ()
+        return "unary", (), False
     else:
         return None
-    return sym, _left_operand(instrs, idx)
+    left, right = _operands(instrs, idx)
+    # a constant right operand (x * 0.5, x + 1): the tensor that reached the method is the left one, at every call
+    # of this site, and the op is not reflected; the left operand need not be looked at each time
+    return sym, left, len(right) == 1 and right[0][0] in ("LOAD_CONST", "LOAD_SMALL_INT")
 
 
-def _left_operand(instrs, idx) -> tuple:
-    """Instructions that computed the left operand of the binary op at idx (straight-line code only)."""
+def _operands(instrs, idx) -> tuple:
+    """Instructions that computed the left and the right operand of the binary op at idx (straight-line code only;
+    () where one cannot be told)."""
     depth = 0
     i = idx - 1
     right_start = None
@@ -210,7 +214,7 @@ def _left_operand(instrs, idx) -> tuple:
         try:
             eff = dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
         except (ValueError, TypeError):
-            return ()
+            return (), ()
         depth += eff
         if right_start is None and depth >= 1:
             right_start = i
@@ -218,10 +222,13 @@ def _left_operand(instrs, idx) -> tuple:
             i -= 1
             continue
         if right_start is not None and depth >= 1:
-            return tuple((x.opname, x.argval) for x in instrs[i:right_start]
-                         if x.opname not in ("CACHE", "EXTENDED_ARG", "NOP"))
+            return _ops(instrs[i:right_start]), _ops(instrs[right_start:idx])
         i -= 1
-    return ()
+    return (), _ops(instrs[right_start:idx]) if right_start is not None else ()
+
+
+def _ops(instrs) -> tuple:
+    return tuple((x.opname, x.argval) for x in instrs if x.opname not in ("CACHE", "EXTENDED_ARG", "NOP"))
 
 
 def _left_is_scalar(left: tuple, frame, args) -> bool:

@@ -57,6 +57,26 @@ debugger.stop(); debugger.step()
                     "Tensor.add.0.forward"], keys
 
 
+def test_a_constant_right_operand_names_the_operator_without_a_look_at_the_left(tmp_path):
+    code = PREAMBLE + """
+from msprobe_inject.pytorch import apinames
+looked = []
+real = apinames._left_is_scalar
+apinames._left_is_scalar = lambda *a: looked.append(1) or real(*a)
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+debugger.start()
+a = torch.randn(3); b = torch.randn(3)
+for _ in range(3):
+    r = torch.relu(a) * 0.5; s = 0.5 * torch.relu(b); t = torch.relu(a) + 1
+debugger.stop(); debugger.step()
+print("LOOKED", len(looked))
+"""
+    out = run_py(code, str(tmp_path)).stdout
+    keys = [k for k in load_dump(str(tmp_path / "d"))["data"] if k.startswith("Tensor.")]
+    assert keys == [f"Tensor.{op}.{i}.forward" for i in range(3) for op in ("__mul__", "__rmul__", "__add__")], keys
+    assert "LOOKED 3" in out  # the reflected site's left operand, at each call; the constant sites' never
+
+
 def test_torch_compile_runs_without_recompiles(tmp_path):
     code = PREAMBLE + """
 import torch._dynamo as dyn
