@@ -1147,6 +1147,7 @@ typedef struct {
     int64_t ndim;
     int f32, strided, cpu, neg, contiguous, requires_grad;
 } tmeta_v1;
+_Static_assert(sizeof(tmeta_v1) == 56 && offsetof(tmeta_v1, requires_grad) == 52, "tmeta_v1 is _nodehook.cpp's");
 typedef int (*tmeta_fn)(PyObject *, tmeta_v1 *);
 #define TMETA_CAPSULE "msprobe_inject.tensor_meta.v1"
 static tmeta_fn T_meta;
@@ -1355,7 +1356,6 @@ static PyObject *C_ready;    /* encode.READY: the kind of figures that are final
 static int C_storage_refs;   /* encode._STORAGE_REFS: a storage's Python object lives as long as the storage */
 static PyObject *C_constants; /* encode._CONSTANTS: a broadcast float32 tensor's figures by its value and shape */
 
-
 /* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device), or for a contiguous tensor (here always of one
  * or more dimensions) (data_ptr, dtype, numel, None, _version, device); NULL (no error set) if a getter failed */
 static PyObject *
@@ -1493,16 +1493,20 @@ constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int m
     if (v != v || C_constants == NULL || (n >= TS_GRAIN && threads < 1))
         return NOT_MINE;
     PyObject *key = Py_BuildValue("(ddOn)", v, copysign(1.0, v), size, n >= TS_GRAIN ? (Py_ssize_t)threads : 1);
-    PyObject *got = key == NULL ? NULL : PyDict_GetItemWithError(C_constants, key); /* borrowed */
+    PyObject *got = key == NULL ? NULL : PyDict_GetItemWithError(C_constants, key);
     Py_XDECREF(key);
     if (got == NULL || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2 || PyTuple_GET_ITEM(got, 1) != C_ready
         || !PyTuple_Check(PyTuple_GET_ITEM(got, 0)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(got, 0)) != 4) {
         PyErr_Clear();
         return NOT_MINE;
     }
+    /* held: the allocations below may run a collection, whose finalisers may let another thread clear the dict */
+    Py_INCREF(got);
     PyObject *f = PyTuple_GET_ITEM(got, 0), *shape = shape_list(size);
-    if (shape == NULL)
+    if (shape == NULL) {
+        Py_DECREF(got);
         return NULL;
+    }
     PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(f, 0),
                         K_min, PyTuple_GET_ITEM(f, 1), K_mean, PyTuple_GET_ITEM(f, 2), K_norm, PyTuple_GET_ITEM(f, 3),
                         K_requires_grad, rg};
@@ -1510,6 +1514,7 @@ constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int m
         kv[7] = kv[9] = kv[11] = Py_None;
     PyObject *d = dict_of(kv, 8);
     Py_DECREF(shape);
+    Py_DECREF(got);
     return d;
 }
 
@@ -1523,8 +1528,24 @@ hex8(char *out, uint32_t v)
     out[8] = '\0';
 }
 
-/* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
- * encode.StatCache for those, or None */
+/* tensor_entry's decision on what its reads found, the same whichever read: 1 this file's tensor, 2 a broadcast of one
+ * value (constant_entry's), 0 encode.py's. */
+static int
+gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int cpu, int neg, int contiguous)
+{
+    int large = n > E.max_numel;
+    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR)))
+        return 0;
+    if (!f32 || !strided || !cpu || neg)
+        return 0;
+    if (contiguous)
+        return 1;
+    if ((mode == MODE_STATISTICS || mode == MODE_NORM) && zero_strides(t))
+        return 2;
+    /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
+    return (mode == MODE_STATISTICS || mode == MODE_NORM) && permuted_dense(t);
+}
+
 /* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 2 the
  * same for a broadcast of one value (constant_entry's), 0 for a tensor encode.py encodes (no exception set) */
 static int
@@ -1538,19 +1559,17 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
     }
     Py_ssize_t n = PyLong_AsSsize_t(o);
     Py_DECREF(o);
-    int large = n > E.max_numel;
-    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR))) {
+    if (n == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
-    if (!attr_is(t, A_DTYPE, E.f32) || !attr_is(t, A_LAYOUT, E.strided) || !attr_is(t, A_IS_CPU, Py_True)
-        || !attr_is(t, A_IS_NEG, Py_False))
-        return 0;
-    /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
-    int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True), kind = 1;
-    if (!contiguous && (mode == MODE_STATISTICS || mode == MODE_NORM) && zero_strides(t))
-        kind = 2; /* a broadcast: constant_entry */
-    else if (!contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
+    int large = n > E.max_numel;
+    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR)))
+        return 0; /* gate's first test, before the other reads */
+    int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True);
+    int kind = gate(t, mode, threads, n, attr_is(t, A_DTYPE, E.f32), attr_is(t, A_LAYOUT, E.strided),
+                    attr_is(t, A_IS_CPU, Py_True), !attr_is(t, A_IS_NEG, Py_False), contiguous);
+    if (!kind)
         return 0;
     PyObject *ptr = tget(t, A_DATA_PTR);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
@@ -1588,15 +1607,8 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
     if (T_meta(t, &m) != 0)
         return -1;
     Py_ssize_t n = (Py_ssize_t)m.numel;
-    int large = n > E.max_numel;
-    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR)))
-        return 0;
-    if (!m.f32 || !m.strided || !m.cpu || m.neg)
-        return 0;
-    int kind = 1;
-    if (!m.contiguous && (mode == MODE_STATISTICS || mode == MODE_NORM) && zero_strides(t))
-        kind = 2;
-    else if (!m.contiguous && ((mode != MODE_STATISTICS && mode != MODE_NORM) || !permuted_dense(t)))
+    int kind = gate(t, mode, threads, n, m.f32, m.strided, m.cpu, m.neg, m.contiguous);
+    if (!kind)
         return 0;
     if (m.data == NULL)
         return 0;
@@ -1620,6 +1632,8 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
     return kind;
 }
 
+/* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
+ * encode.StatCache for those, or None */
 static PyObject *
 tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
 {

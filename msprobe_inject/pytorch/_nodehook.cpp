@@ -177,6 +177,7 @@ typedef struct {
   int f32, strided, cpu, neg, contiguous, requires_grad;
 } tmeta_v1;
 }
+static_assert(sizeof(tmeta_v1) == 56 && offsetof(tmeta_v1, requires_grad) == 52, "tmeta_v1 is _fastats.c's");
 
 static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
   try {
@@ -188,8 +189,7 @@ static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
     // wrappers (their data pointer raises), functionalization, nested tensors, sizes that are symbols
     static const c10::DispatchKeySet other(
         {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::FuncTorchBatched,
-         c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::Functionalize,
-         c10::DispatchKey::BatchedNestedTensor, c10::DispatchKey::NestedTensor});
+         c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::Functionalize, c10::DispatchKey::NestedTensor});
     if (impl->key_set().has_any(other) || impl->has_symbolic_sizes_strides() || !impl->has_storage()) return -1;
     m->numel = impl->numel();
     m->f32 = impl->dtype() == caffe2::TypeMeta::Make<float>();
@@ -197,7 +197,8 @@ static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
     m->cpu = impl->is_cpu();
     m->neg = impl->is_neg();
     m->contiguous = impl->is_contiguous();
-    // the address torch's data_ptr() gives, without materialising a lazy copy's storage for the tool's read
+    // the storage's address as it is: Python's data_ptr() would first give a lazy clone a copy of its own, for the
+    // tool's read only
     m->data = m->numel > 0 ? t.const_data_ptr() : nullptr;
     auto sizes = impl->sizes();
     m->sizes = sizes.data();

@@ -194,15 +194,18 @@ def _analyse(code, lasti: int):
         return "unary", (), False
     else:
         return None
-    left, right = _operands(instrs, idx)
+    left, right, right_at = _operands(instrs, idx)
     # a constant right operand (x * 0.5, x + 1): the tensor that reached the method is the left one, at every call
-    # of this site, and the op is not reflected; the left operand need not be looked at each time
-    return sym, left, len(right) == 1 and right[0][0] in ("LOAD_CONST", "LOAD_SMALL_INT")
+    # of this site, and the op is not reflected; the left operand need not be looked at each time. Not where a
+    # branch joins there (x * (t if c else 0.5)): the constant is one of several right operands
+    const = len(right) == 1 and right[0][0] in ("LOAD_CONST", "LOAD_SMALL_INT") \
+        and not instrs[idx].is_jump_target and not instrs[right_at].is_jump_target
+    return sym, left, const
 
 
 def _operands(instrs, idx) -> tuple:
     """Instructions that computed the left and the right operand of the binary op at idx (straight-line code only;
-    () where one cannot be told)."""
+    () where one cannot be told), and the index where the right one starts."""
     depth = 0
     i = idx - 1
     right_start = None
@@ -214,7 +217,7 @@ def _operands(instrs, idx) -> tuple:
         try:
             eff = dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
         except (ValueError, TypeError):
-            return (), ()
+            return (), (), idx
         depth += eff
         if right_start is None and depth >= 1:
             right_start = i
@@ -222,12 +225,15 @@ def _operands(instrs, idx) -> tuple:
             i -= 1
             continue
         if right_start is not None and depth >= 1:
-            return _ops(instrs[i:right_start]), _ops(instrs[right_start:idx])
+            return _ops(instrs[i:right_start]), _ops(instrs[right_start:idx]), right_start
         i -= 1
-    return (), _ops(instrs[right_start:idx]) if right_start is not None else ()
+    if right_start is None:
+        return (), (), idx
+    return (), _ops(instrs[right_start:idx]), right_start
 
 
 def _ops(instrs) -> tuple:
+    """(opname, argval) of each instruction that computes something."""
     return tuple((x.opname, x.argval) for x in instrs if x.opname not in ("CACHE", "EXTENDED_ARG", "NOP"))
 
 

@@ -70,11 +70,20 @@ for _ in range(3):
     r = torch.relu(a) * 0.5; s = 0.5 * torch.relu(b); t = torch.relu(a) + 1
 debugger.stop(); debugger.step()
 print("LOOKED", len(looked))
+looked.clear()
+debugger.start()
+k = 0.5
+for c in (True, False):  # a constant on one branch of the right operand: this site is not known at once
+    u = k * (torch.relu(a) if c else 0.5)
+debugger.stop(); debugger.step()
+print("LOOKED", len(looked))
 """
     out = run_py(code, str(tmp_path)).stdout
     keys = [k for k in load_dump(str(tmp_path / "d"))["data"] if k.startswith("Tensor.")]
     assert keys == [f"Tensor.{op}.{i}.forward" for i in range(3) for op in ("__mul__", "__rmul__", "__add__")], keys
-    assert "LOOKED 3" in out  # the reflected site's left operand, at each call; the constant sites' never
+    assert "LOOKED 3\n" in out  # the reflected site's left operand, at each call; the constant sites' never
+    # k * relu(a) reached the method (k * 0.5 is no tensor's): its left operand was looked at, not taken as known
+    assert out.endswith("LOOKED 1\n"), out
 
 
 def test_torch_compile_runs_without_recompiles(tmp_path):

@@ -461,7 +461,9 @@ def _entries_text(enc: encode.Encoder, value, meta: bool) -> str:
 def _odd_tensors() -> list:
     """Tensors whose metadata Python's getters answer otherwise than a plain one's, or refuse."""
     base = torch.randn(6, 5)
-    out = [base[1:, 2:], base.t(), base[::2], torch._neg_view(base), torch.empty(0), torch.randn(()),
+    # the first two contiguous at an offset into their storage
+    out = [base[1:], base[2], base[1:, 2:], base.t(), base[::2],
+           torch._neg_view(base), torch.empty(0), torch.randn(()),
            torch.randn(3, device="meta"), base.to(torch.float64), base.to_sparse(), torch.nn.Parameter(base.clone()),
            base.clone().requires_grad_()]
     with torch.inference_mode():
