@@ -1528,15 +1528,19 @@ hex8(char *out, uint32_t v)
     out[8] = '\0';
 }
 
+/* 1: a tensor of n elements is this file's by its size (a large one given torch's thread count, and not for xor) */
+static int
+sized(Py_ssize_t n, int mode, int threads)
+{
+    return n >= 1 && (n <= E.max_numel || mode == MODE_NORM || (threads >= 1 && mode != MODE_XOR));
+}
+
 /* tensor_entry's decision on what its reads found, the same whichever read: 1 this file's tensor, 2 a broadcast of one
  * value (constant_entry's), 0 encode.py's. */
 static int
 gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int cpu, int neg, int contiguous)
 {
-    int large = n > E.max_numel;
-    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR)))
-        return 0;
-    if (!f32 || !strided || !cpu || neg)
+    if (!sized(n, mode, threads) || !f32 || !strided || !cpu || neg)
         return 0;
     if (contiguous)
         return 1;
@@ -1563,9 +1567,8 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
         PyErr_Clear();
         return 0;
     }
-    int large = n > E.max_numel;
-    if (n < 1 || (large && mode != MODE_NORM && (threads < 1 || mode == MODE_XOR)))
-        return 0; /* gate's first test, before the other reads */
+    if (!sized(n, mode, threads))
+        return 0; /* before the other reads: a large tensor is encode.py's at once */
     int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True);
     int kind = gate(t, mode, threads, n, attr_is(t, A_DTYPE, E.f32), attr_is(t, A_LAYOUT, E.strided),
                     attr_is(t, A_IS_CPU, Py_True), !attr_is(t, A_IS_NEG, Py_False), contiguous);
@@ -1597,8 +1600,8 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
     return kind;
 }
 
-/* The same from the TensorImpl (T_meta): 1 as py_meta, 0 for encode.py, -1 where the C++ read declined (py_meta's
- * turn). Every test is py_meta's, in its order. */
+/* The same from the TensorImpl (T_meta): 1 and 2 as py_meta, 0 for encode.py, -1 where the C++ read declined
+ * (py_meta's turn). Both decide through gate. */
 static int
 cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out,
          PyObject **ptr_out, PyObject **size_out, PyObject **rg_out)

@@ -119,10 +119,11 @@ static PyObject* post(PyObject*, PyObject* const* args, Py_ssize_t n) {
 
 // hook_single(value, fn): a module call's backward capture where its value is one plain tensor, bare or in a tuple
 // of one (the common input and output): the value with the tensor's alias in its place, fn the alias node's
-// pre-hook (as v.grad_fn.register_prehook(fn) adds it; the alias is aten.alias, what t[...] makes), the alias's creation meta reset where the tensor is a view (modules._fix_view: in-place ops
-// on it keep working); the value itself where no backward hook can see the tensor (grad mode off, no grad
-// required; an empty tuple); NotImplemented for every other value, which the Python capture takes. Its tensor
-// reads are C++'s: in Python each goes through the dump mode's __torch_function__ while it is pushed.
+// pre-hook (as v.grad_fn.register_prehook(fn) adds it; the alias is aten.alias, what t[...] makes), the alias's
+// creation meta reset where the tensor is a view (modules._fix_view: in-place ops on it keep working); the value
+// itself where no backward hook can see the tensor (grad mode off, no grad required; an empty tuple);
+// NotImplemented for every other value, which the Python capture takes. Its tensor reads are C++'s: in Python each
+// goes through the dump mode's __torch_function__ while it is pushed.
 static PyObject* hook_single(PyObject*, PyObject* const* args, Py_ssize_t n) {
   if (n != 2 || !PyCallable_Check(args[1])) {
     PyErr_SetString(PyExc_TypeError, "hook_single(value, callable)");
