@@ -19,7 +19,8 @@
 #include <string.h>
 #include <stdint.h>
 
-static PyObject *s_mm, *s_pos, *s_busy;
+static PyObject *s_mm, *s_pos, *s_busy, *V_one;
+#define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 
 static void
 put_len(char *dst, uint32_t n)
@@ -185,28 +186,31 @@ w_obj(W *w, PyObject *o, int depth)
     return W_OTHER;
 }
 
-static PyObject *
-jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* put_frames: pre (npre frames already built, each at least its 4-byte length) and then op's frame (op NULL or
+ * None: none) appended to jf's mapping, the first frame's length written last. 1: appended; 0: refused, nothing
+ * written, no error set (the frames do not fit, the mapping is gone, jf.busy: the Python path decides); -1: an
+ * error set (ValueError: marshal does not take op), nothing written. */
+static int
+put_frames(PyObject *jf, PyObject *const *pre, Py_ssize_t npre, PyObject *op)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "put(jf, pre, op)");
-        return NULL;
-    }
-    PyObject *jf = args[0], *pre = args[1], *op = args[2];
-    if (!PyBytes_Check(pre)) {
-        PyErr_SetString(PyExc_TypeError, "pre must be bytes");
-        return NULL;
+    if (op == Py_None)
+        op = NULL;
+    Py_ssize_t np = 0;
+    for (Py_ssize_t i = 0; i < npre; i++) {
+        if (!PyBytes_CheckExact(pre[i]) || PyBytes_GET_SIZE(pre[i]) < 4)
+            return 0;
+        np += PyBytes_GET_SIZE(pre[i]);
     }
     PyObject *busy = PyObject_GetAttr(jf, s_busy);
     if (busy == NULL)
-        return NULL;
+        return -1;
     int is_busy = PyObject_IsTrue(busy);
     Py_DECREF(busy);
     if (is_busy != 0)
         goto refuse;  /* the Python path holds the journal (growing it): it decides */
     PyObject *mm = PyObject_GetAttr(jf, s_mm);
     if (mm == NULL)
-        return NULL;
+        return -1;
     Py_buffer view;
     if (mm == Py_None || PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) {
         Py_DECREF(mm);
@@ -216,15 +220,14 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *pos_o = PyObject_GetAttr(jf, s_pos);
     Py_ssize_t pos = pos_o ? PyLong_AsSsize_t(pos_o) : -1;
     Py_XDECREF(pos_o);
-    Py_ssize_t np = PyBytes_GET_SIZE(pre);
-    if (pos < 0 || (np && np < 4) || pos + np + (op != Py_None ? 4 : 0) > view.len) {
+    if (pos < 0 || pos + np + (op != NULL ? 4 : 0) > view.len) {
         PyBuffer_Release(&view);
         goto refuse;
     }
     char *dst = (char *)view.buf + pos;
     char *body = dst + np + 4;
     Py_ssize_t nb = 0;
-    if (op != Py_None) {
+    if (op != NULL) {
         W w = {body, (char *)view.buf + view.len};
         int rc = w_obj(&w, op, 0);
         if (rc < 0)
@@ -237,7 +240,7 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *m = PyMarshal_WriteObjectToString(op, 4);
             if (m == NULL) {
                 PyBuffer_Release(&view);
-                return NULL;
+                return -1;
             }
             nb = PyBytes_GET_SIZE(m);
             if (nb > (Py_ssize_t)UINT32_MAX || nb > (char *)view.buf + view.len - body) {
@@ -251,25 +254,35 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             nb = w.p - body;
         }
     }
-    Py_ssize_t total = np + (op != Py_None ? 4 + nb : 0);
+    Py_ssize_t total = np + (op != NULL ? 4 + nb : 0);
     if (total == 0) {
         PyBuffer_Release(&view);
-        Py_RETURN_TRUE;
+        return 1;
     }
     PyObject *end_o = PyLong_FromSsize_t(pos + total);
     if (end_o == NULL) {
         memset(dst + 4, 0, total - 4);
         PyBuffer_Release(&view);
-        return NULL;
+        return -1;
     }
     char first[4] = {0};
-    if (np) {
-        memcpy(first, PyBytes_AS_STRING(pre), 4);
-        memcpy(dst + 4, PyBytes_AS_STRING(pre) + 4, np - 4);
-        if (op != Py_None)
-            put_len(dst + np, (uint32_t)nb);
-    } else {
-        put_len(first, (uint32_t)nb);
+    char *at = dst;
+    for (Py_ssize_t i = 0; i < npre; i++) {
+        const char *src = PyBytes_AS_STRING(pre[i]);
+        Py_ssize_t n = PyBytes_GET_SIZE(pre[i]);
+        if (i == 0) {
+            memcpy(first, src, 4);
+            memcpy(at + 4, src + 4, n - 4);
+        } else {
+            memcpy(at, src, n);
+        }
+        at += n;
+    }
+    if (op != NULL) {
+        if (npre)
+            put_len(at, (uint32_t)nb);
+        else
+            put_len(first, (uint32_t)nb);
     }
     /* the stores above reach the mapping before the length that makes them visible to a replay */
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -277,11 +290,171 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyBuffer_Release(&view);
     int rc = PyObject_SetAttr(jf, s_pos, end_o);
     Py_DECREF(end_o);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_TRUE;
+    return rc < 0 ? -1 : 1;
 refuse:
     PyErr_Clear();
+    return 0;
+}
+
+static PyObject *
+jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "put(jf, pre, op)");
+        return NULL;
+    }
+    PyObject *pre = args[1];
+    if (!PyBytes_Check(pre)) {
+        PyErr_SetString(PyExc_TypeError, "pre must be bytes");
+        return NULL;
+    }
+    int rc = put_frames(args[0], &pre, PyBytes_GET_SIZE(pre) ? 1 : 0, args[2]);
+    if (rc < 0)
+        return NULL;
+    return PyBool_FromLong(rc);
+}
+
+/* send(writer, ev, push) -> bool: DumpWriter.send's common case in one call (the caller holds the writer's
+ * hand-off lock): a Record or Merge with no statistics left to read, while the open step has a journal. Its
+ * frame goes to the journal after the call's stack and construct frames waiting in writer._jbuf (put_frames:
+ * copied from the list, not joined into one bytes first); then, unless the step is held by the flight recorder
+ * and its triggers do not look at it (writer._triggers_see), it is untracked and queued as send() does. False,
+ * having done nothing: any other case, or the journal refused the frames or marshal did not take a value (the
+ * Python path decides, again from the start). Bound to the writer's names by send_setup(Record, Merge,
+ * untrack, batch). */
+static PyObject *T_record, *T_merge, *F_untrack, *s_jf, *s_held, *s_jbuf, *s_buf, *s_q, *s_sent, *s_see, *s_put,
+    *V_set, *V_merge, *V_move;
+static Py_ssize_t batch_n;
+
+static PyObject *
+jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "send_setup(Record, Merge, untrack, batch)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[3]);
+    if (n < 1) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "batch must be positive");
+        return NULL;
+    }
+    Py_XSETREF(T_record, NEW_REF(args[0]));
+    Py_XSETREF(T_merge, NEW_REF(args[1]));
+    Py_XSETREF(F_untrack, NEW_REF(args[2]));
+    batch_n = n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send(writer, ev, push)");
+        return NULL;
+    }
+    PyObject *w = args[0], *ev = args[1];
+    PyObject *t = (PyObject *)Py_TYPE(ev);
+    int is_record = t == T_record;
+    if (T_record == NULL || (!is_record && t != T_merge) || PyTuple_GET_SIZE(ev) < (is_record ? 3 : 4)
+        || PyTuple_GET_ITEM(ev, 2) != Py_None)
+        Py_RETURN_FALSE;
+    PyObject *jf = NULL, *jbuf = NULL, *op = NULL, *buf = NULL, *out = NULL;
+    jf = PyObject_GetAttr(w, s_jf);
+    if (jf == NULL || jf == Py_None)
+        goto decline;
+    jbuf = PyObject_GetAttr(w, s_jbuf);
+    if (jbuf == NULL || !PyList_CheckExact(jbuf))
+        goto decline;
+    PyObject *verb = V_set;
+    if (!is_record) {
+        int move = PyObject_IsTrue(PyTuple_GET_ITEM(ev, 3));
+        if (move < 0)
+            goto decline;
+        verb = move ? V_move : V_merge;
+    }
+    op = PyTuple_Pack(3, verb, PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1));
+    if (op == NULL)
+        goto decline;
+    Py_ssize_t npre = PyList_GET_SIZE(jbuf);
+    int rc = put_frames(jf, ((PyListObject *)jbuf)->ob_item, npre, op);
+    if (rc <= 0)
+        goto decline;
+    /* journaled: from here on the record is sent, and an error is the caller's */
+    if (npre && PyList_SetSlice(jbuf, 0, npre, NULL) < 0)
+        goto done;
+    PyObject *sent = PyObject_GetAttr(w, s_sent);
+    if (sent == NULL)
+        goto done;
+    PyObject *more = PyNumber_Add(sent, V_one);
+    Py_DECREF(sent);
+    if (more == NULL)
+        goto done;
+    rc = PyObject_SetAttr(w, s_sent, more);
+    Py_DECREF(more);
+    if (rc < 0)
+        goto done;
+    PyObject *held = PyObject_GetAttr(w, s_held);
+    if (held == NULL)
+        goto done;
+    int is_held = PyObject_IsTrue(held);
+    Py_DECREF(held);
+    if (is_held < 0)
+        goto done;
+    if (is_held) {  /* a held step's record is its journal's alone unless the triggers look at it */
+        PyObject *seen = PyObject_CallMethodObjArgs(w, s_see, ev, t, NULL);
+        if (seen == NULL)
+            goto done;
+        int see = PyObject_IsTrue(seen);
+        Py_DECREF(seen);
+        if (see < 0)
+            goto done;
+        if (!see) {
+            out = NEW_REF(Py_True);
+            goto done;
+        }
+    }
+    PyObject *u = PyObject_CallOneArg(F_untrack, ev);
+    if (u == NULL)
+        goto done;
+    Py_DECREF(u);
+    buf = PyObject_GetAttr(w, s_buf);
+    if (buf == NULL || !PyList_CheckExact(buf)) {
+        if (buf != NULL)
+            PyErr_SetString(PyExc_TypeError, "writer._buf is not a list");
+        goto done;
+    }
+    if (PyList_Append(buf, ev) < 0)
+        goto done;
+    if (PyObject_IsTrue(args[2]) || PyList_GET_SIZE(buf) >= batch_n) {
+        PyObject *fresh = PyList_New(0);
+        if (fresh == NULL)
+            goto done;
+        rc = PyObject_SetAttr(w, s_buf, fresh);
+        Py_DECREF(fresh);
+        if (rc < 0)
+            goto done;
+        PyObject *q = PyObject_GetAttr(w, s_q);
+        if (q == NULL)
+            goto done;
+        PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
+        Py_DECREF(q);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    out = NEW_REF(Py_True);
+done:
+    Py_XDECREF(jf);
+    Py_XDECREF(jbuf);
+    Py_XDECREF(op);
+    Py_XDECREF(buf);
+    return out;
+decline:
+    PyErr_Clear();
+    Py_XDECREF(jf);
+    Py_XDECREF(jbuf);
+    Py_XDECREF(op);
     Py_RETURN_FALSE;
 }
 
@@ -321,6 +494,10 @@ static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
     {"frame", (PyCFunction)jframe, METH_O, "frame(op) -> bytes: op's journal frame (journal.frame)."},
+    {"send", (PyCFunction)(void (*)(void))jsend, METH_FASTCALL,
+     "send(writer, ev, push) -> bool: DumpWriter.send's common case (see the comment above jsend)."},
+    {"send_setup", (PyCFunction)(void (*)(void))jsend_setup, METH_FASTCALL,
+     "send_setup(Record, Merge, untrack, batch): the writer's event types, untrack and batch size for send."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -332,7 +509,20 @@ PyInit__jput(void)
     s_mm = PyUnicode_InternFromString("mm");
     s_pos = PyUnicode_InternFromString("pos");
     s_busy = PyUnicode_InternFromString("busy");
-    if (!s_mm || !s_pos || !s_busy)
+    s_jf = PyUnicode_InternFromString("_jf");
+    s_held = PyUnicode_InternFromString("_held");
+    s_jbuf = PyUnicode_InternFromString("_jbuf");
+    s_buf = PyUnicode_InternFromString("_buf");
+    s_q = PyUnicode_InternFromString("_q");
+    s_sent = PyUnicode_InternFromString("records_sent");
+    s_see = PyUnicode_InternFromString("_triggers_see");
+    s_put = PyUnicode_InternFromString("put");
+    V_set = PyUnicode_InternFromString("set");
+    V_merge = PyUnicode_InternFromString("merge");
+    V_move = PyUnicode_InternFromString("move");
+    V_one = PyLong_FromLong(1);
+    if (!s_mm || !s_pos || !s_busy || !s_jf || !s_held || !s_jbuf || !s_buf || !s_q || !s_sent || !s_see || !s_put
+        || !V_set || !V_merge || !V_move || !V_one)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -42,6 +42,9 @@ except ImportError:  # pragma: no cover
     _jput = None
 _put = getattr(_jput, "put", None)
 _cframe = getattr(_jput, "frame", None)
+# a writer's send in one C call (see _jput.c; bound to the writer's names by _send_setup), or None: a build before it
+_send = getattr(_jput, "send", None)
+_send_setup = getattr(_jput, "send_setup", None)
 
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only
 _LEN = struct.Struct("<I")

@@ -534,3 +534,85 @@ def test_a_nan_taken_in_a_run_is_the_step_summarys_first(tmp_path, where):
               Record("Torch.add.2.forward", {"output": [entry(3.0)]}, None)]
     got = json.loads(_documents_written(tmp_path, events)["summary"])
     assert got["first_nan"]["record"] == bad.key, got
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, monkeypatch, seed):
+    """DumpWriter.send's common case in one C call (_jput.send): the same journal operations, the same events handed to
+    the writer thread in the same batches and the same count of records sent as send() in Python, for records and
+    members with and without statistics still to read, a call's construct frames waiting for its record, values
+    marshal does not take, records past the journal's chunk (its growth is the Python path's), a held step's records
+    that its triggers look at or not, and pushes."""
+    import random
+    import shutil
+
+    from msprobe_inject import writer
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import Construct, DumpWriter, Merge, Open, Record
+
+    if writer._csend is None:
+        pytest.skip("the C send is not built here")
+
+    class Num(float):  # marshal does not take it: the record goes to the journal as JSON text
+        pass
+
+    rng = random.Random(seed)
+    events = []
+    for i in range(700):
+        key = f"Functional.relu.{i}.forward" + (".seen" if rng.random() < 0.3 else "")
+        body = {"input_args": [{"Max": rng.uniform(-9, 9), "shape": [4, 4]}], "output": [None, True, "s", i]}
+        pick = rng.random()
+        if pick < 0.15:
+            ev = Construct(key, rng.choice([None, "Module.m.0.forward"]))
+        elif pick < 0.25:
+            ev = Merge(key, {"output": [{"Norm": 1.5}]}, None, rng.random() < 0.5)
+        elif pick < 0.3:
+            ev = Merge(key, {"output": [{"Norm": 1.5}]}, [(i, "unread")], False)
+        elif pick < 0.35:
+            ev = Record(key, body, [(i, "unread")])
+        elif pick < 0.38:
+            ev = Record(key, {"output": [Num(0.5)]}, None)
+        elif pick < 0.4:
+            ev = Record(key, {"output": ["y" * (journal.JournalFile.CHUNK // 2)]}, None)
+        else:
+            ev = Record(key, body, None)
+        events.append((ev, rng.random() < 0.02, rng.random() < 0.2))
+
+    taken = []
+    real = writer._csend
+
+    def counted(w, ev, push):
+        done = real(w, ev, push)
+        taken.append(done)
+        return done
+
+    def run(name):  # both in one directory: the journal's header names it
+        shutil.rmtree(tmp_path / "d", ignore_errors=True)
+        d = str(tmp_path / "d" / "step0" / "rank0")
+        w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
+        w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+        w._triggers_see = lambda ev, t: ev.key.endswith(".seen")
+        queue, batches = w._q, []
+        w._q = type("Q", (), {"put": staticmethod(batches.append)})()
+        for ev, push, held in events:
+            w._held = held
+            w.send(ev, push)
+        batches.append(list(w._buf))
+        with open(w._jf.path, "rb") as fh:
+            ops = list(journal._ops(fh.read()))
+        w._held, w._q, w._buf = False, queue, []
+        w.close()
+        handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
+        return ops, handed, w.records_sent
+
+    monkeypatch.setattr(writer, "_csend", counted)
+    fast = run("c")
+    monkeypatch.setattr(writer, "_csend", None)
+    slow = run("py")
+    assert taken.count(True) > len(events) // 2 and taken.count(False) > 50
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[0], slow[0])) if repr(a) != repr(b)]
+    assert not differ and len(fast[0]) == len(slow[0]) > len(events), differ[:1]
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[1], slow[1])) if a != b]
+    assert not differ and len(fast[1]) == len(slow[1]), differ[:1]
+    assert sum(map(len, fast[1])) < len(events)  # a held step's unseen records stay out
+    assert fast[2] == slow[2] == sum(type(ev) is not Construct for ev, _, _ in events)
