@@ -400,10 +400,11 @@ class Recorder:
         enc = self.encoder
         pending: list = []
         body: Dict[str, Any] = {}
+        files = enc.some_files and enc.wants_files(bkey)  # files()' test, asked once for both stems
         if self.inp:
-            body["input"] = enc.encode(list(grad_out or ()), pending, self.files(bkey, "input"))
+            body["input"] = enc.encode(list(grad_out or ()), pending, f"{bkey}.input" if files else None)
         if self.outp:
-            body["output"] = enc.encode(list(grad_in or ()), pending, self.files(bkey, "output"))
+            body["output"] = enc.encode(list(grad_in or ()), pending, f"{bkey}.output" if files else None)
         self.session.ensure_open()
         self.writer.send(made(Record, (bkey, body, pending or None)))
 
