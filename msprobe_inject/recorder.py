@@ -246,7 +246,7 @@ class Recorder:
         """The record's parent in construct.json (levels L0 and mix with extra_info)."""
         if self.construct:
             self.session.ensure_open()
-            self.writer.send(Construct(key, parent))
+            self.writer.send(made(Construct, (key, parent)))
 
     def stack(self, key: str, skip: int) -> None:
         """The caller's stack for stack.json; skip: frames of the tool above the user's call."""

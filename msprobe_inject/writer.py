@@ -134,7 +134,7 @@ _IN_RUNS = (Record, Merge, Stack, Construct)  # what DumpWriter._events_run take
 # None where the journal's C append is not built
 _csend = journal._send
 if _csend is not None:
-    journal._send_setup(Record, Merge, untrack, _BATCH)
+    journal._send_setup(Record, Merge, Construct, untrack, _BATCH)
 _next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 
@@ -372,7 +372,7 @@ class DumpWriter:
                 if self._held:  # as send() does with a Stack: a held step's stacks are its journal's alone
                     return
             buf = self._buf  # send()'s queueing of a Stack, under the lock this holds
-            buf.append(Stack(key, known[1]))
+            buf.append(made(Stack, (key, known[1])))  # without the named tuple's Python __new__ (a frame)
             if len(buf) >= _BATCH:
                 self._buf = []
                 self._q.put(buf)

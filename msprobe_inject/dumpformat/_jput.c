@@ -130,6 +130,15 @@ w_obj(W *w, PyObject *o, int depth)
                 return rc;
             return w_bytes(w, s, n);
         }
+        if (PyUnicode_KIND(o) != PyUnicode_1BYTE_KIND) {  /* a lone surrogate: UTF-8 would raise (see put_frames) */
+            int kind = PyUnicode_KIND(o);
+            const void *data = PyUnicode_DATA(o);
+            for (Py_ssize_t i = 0, len = PyUnicode_GET_LENGTH(o); i < len; i++) {
+                Py_UCS4 c = PyUnicode_READ(kind, data, i);
+                if (c >= 0xD800 && c <= 0xDFFF)
+                    return W_OTHER;
+            }
+        }
         s = PyUnicode_AsUTF8AndSize(o, &n);
         if (s == NULL) {
             PyErr_Clear();
@@ -186,10 +195,15 @@ w_obj(W *w, PyObject *o, int depth)
     return W_OTHER;
 }
 
-/* put_frames: pre (npre frames already built, each at least its 4-byte length) and then op's frame (op NULL or
- * None: none) appended to jf's mapping, the first frame's length written last. 1: appended; 0: refused, nothing
- * written, no error set (the frames do not fit, the mapping is gone, jf.busy: the Python path decides); -1: an
- * error set (ValueError: marshal does not take op), nothing written. */
+/* put_frames: pre (npre frames already built, each at least its 4-byte length; the caller holds references to
+ * them) and then op's frame (op NULL or None: none) appended to jf's mapping, the first frame's length written last.
+ * 1: appended; 0: refused, nothing written, no error set (the frames do not fit, the mapping is gone, jf.busy: the
+ * Python path decides); -1: an error set (ValueError: marshal does not take op), nothing written.
+ *
+ * While the mapping is written no Python code may run: a collection's callbacks, finalisers or a signal handler
+ * could switch threads (the writer thread appends to or closes this journal) and a closed journal's truncated
+ * mapping faults. w_obj calls nothing that can; what it leaves to marshal is marshalled with the mapping let go,
+ * and the fit is checked again after. */
 static int
 put_frames(PyObject *jf, PyObject *const *pre, Py_ssize_t npre, PyObject *op)
 {
@@ -201,69 +215,77 @@ put_frames(PyObject *jf, PyObject *const *pre, Py_ssize_t npre, PyObject *op)
             return 0;
         np += PyBytes_GET_SIZE(pre[i]);
     }
+    PyObject *m = NULL;  /* op in marshal's own format, where w_obj left it to marshal */
+    int result = 0;
+again:;
     PyObject *busy = PyObject_GetAttr(jf, s_busy);
-    if (busy == NULL)
-        return -1;
+    if (busy == NULL) {
+        result = -1;
+        goto out;
+    }
     int is_busy = PyObject_IsTrue(busy);
     Py_DECREF(busy);
     if (is_busy != 0)
-        goto refuse;  /* the Python path holds the journal (growing it): it decides */
+        goto out;  /* the Python path holds the journal (growing it): it decides */
     PyObject *mm = PyObject_GetAttr(jf, s_mm);
-    if (mm == NULL)
-        return -1;
+    if (mm == NULL) {
+        result = -1;
+        goto out;
+    }
     Py_buffer view;
     if (mm == Py_None || PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0) {
         Py_DECREF(mm);
-        goto refuse;  /* closed, or failed */
+        goto out;  /* closed, or failed */
     }
     Py_DECREF(mm);
     PyObject *pos_o = PyObject_GetAttr(jf, s_pos);
     Py_ssize_t pos = pos_o ? PyLong_AsSsize_t(pos_o) : -1;
     Py_XDECREF(pos_o);
-    if (pos < 0 || pos + np + (op != NULL ? 4 : 0) > view.len) {
+    Py_ssize_t nm = m != NULL ? PyBytes_GET_SIZE(m) : 0;
+    if (pos < 0 || pos + np + (op != NULL ? 4 + nm : 0) > view.len) {
         PyBuffer_Release(&view);
-        goto refuse;
+        goto out;
     }
     char *dst = (char *)view.buf + pos;
     char *body = dst + np + 4;
     Py_ssize_t nb = 0;
-    if (op != NULL) {
+    if (op != NULL && m != NULL) {
+        memcpy(body, PyBytes_AS_STRING(m), nm);
+        nb = nm;
+    } else if (op != NULL) {
         W w = {body, (char *)view.buf + view.len};
         int rc = w_obj(&w, op, 0);
         if (rc < 0)
             memset(body, 0, w.p - body);  /* past the journal's end stays zero: the replay stops there */
         if (rc == W_FULL) {
             PyBuffer_Release(&view);
-            goto refuse;
+            goto out;
         }
         if (rc == W_OTHER) {  /* marshal's own writer: raises, having written nothing, on what it does not take */
-            PyObject *m = PyMarshal_WriteObjectToString(op, 4);
+            PyBuffer_Release(&view);
+            m = PyMarshal_WriteObjectToString(op, 4);
             if (m == NULL) {
-                PyBuffer_Release(&view);
-                return -1;
+                result = -1;
+                goto out;
             }
-            nb = PyBytes_GET_SIZE(m);
-            if (nb > (Py_ssize_t)UINT32_MAX || nb > (char *)view.buf + view.len - body) {
-                Py_DECREF(m);
-                PyBuffer_Release(&view);
-                goto refuse;
-            }
-            memcpy(body, PyBytes_AS_STRING(m), nb);
-            Py_DECREF(m);
-        } else {
-            nb = w.p - body;
+            if (PyBytes_GET_SIZE(m) > (Py_ssize_t)UINT32_MAX)
+                goto out;
+            goto again;
         }
+        nb = w.p - body;
     }
     Py_ssize_t total = np + (op != NULL ? 4 + nb : 0);
     if (total == 0) {
         PyBuffer_Release(&view);
-        return 1;
+        result = 1;
+        goto out;
     }
     PyObject *end_o = PyLong_FromSsize_t(pos + total);
     if (end_o == NULL) {
         memset(dst + 4, 0, total - 4);
         PyBuffer_Release(&view);
-        return -1;
+        result = -1;
+        goto out;
     }
     char first[4] = {0};
     char *at = dst;
@@ -288,12 +310,14 @@ put_frames(PyObject *jf, PyObject *const *pre, Py_ssize_t npre, PyObject *op)
     __atomic_thread_fence(__ATOMIC_RELEASE);
     memcpy(dst, first, 4);
     PyBuffer_Release(&view);
-    int rc = PyObject_SetAttr(jf, s_pos, end_o);
+    /* an int attribute's store: fails only out of memory, the frames written (a crash then replays them) */
+    result = PyObject_SetAttr(jf, s_pos, end_o) < 0 ? -1 : 1;
     Py_DECREF(end_o);
-    return rc < 0 ? -1 : 1;
-refuse:
-    PyErr_Clear();
-    return 0;
+out:
+    Py_XDECREF(m);
+    if (result == 0)
+        PyErr_Clear();
+    return result;
 }
 
 static PyObject *
@@ -312,150 +336,6 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (rc < 0)
         return NULL;
     return PyBool_FromLong(rc);
-}
-
-/* send(writer, ev, push) -> bool: DumpWriter.send's common case in one call (the caller holds the writer's
- * hand-off lock): a Record or Merge with no statistics left to read, while the open step has a journal. Its
- * frame goes to the journal after the call's stack and construct frames waiting in writer._jbuf (put_frames:
- * copied from the list, not joined into one bytes first); then, unless the step is held by the flight recorder
- * and its triggers do not look at it (writer._triggers_see), it is untracked and queued as send() does. False,
- * having done nothing: any other case, or the journal refused the frames or marshal did not take a value (the
- * Python path decides, again from the start). Bound to the writer's names by send_setup(Record, Merge,
- * untrack, batch). */
-static PyObject *T_record, *T_merge, *F_untrack, *s_jf, *s_held, *s_jbuf, *s_buf, *s_q, *s_sent, *s_see, *s_put,
-    *V_set, *V_merge, *V_move;
-static Py_ssize_t batch_n;
-
-static PyObject *
-jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyCallable_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "send_setup(Record, Merge, untrack, batch)");
-        return NULL;
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(args[3]);
-    if (n < 1) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "batch must be positive");
-        return NULL;
-    }
-    Py_XSETREF(T_record, NEW_REF(args[0]));
-    Py_XSETREF(T_merge, NEW_REF(args[1]));
-    Py_XSETREF(F_untrack, NEW_REF(args[2]));
-    batch_n = n;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "send(writer, ev, push)");
-        return NULL;
-    }
-    PyObject *w = args[0], *ev = args[1];
-    PyObject *t = (PyObject *)Py_TYPE(ev);
-    int is_record = t == T_record;
-    if (T_record == NULL || (!is_record && t != T_merge) || PyTuple_GET_SIZE(ev) < (is_record ? 3 : 4)
-        || PyTuple_GET_ITEM(ev, 2) != Py_None)
-        Py_RETURN_FALSE;
-    PyObject *jf = NULL, *jbuf = NULL, *op = NULL, *buf = NULL, *out = NULL;
-    jf = PyObject_GetAttr(w, s_jf);
-    if (jf == NULL || jf == Py_None)
-        goto decline;
-    jbuf = PyObject_GetAttr(w, s_jbuf);
-    if (jbuf == NULL || !PyList_CheckExact(jbuf))
-        goto decline;
-    PyObject *verb = V_set;
-    if (!is_record) {
-        int move = PyObject_IsTrue(PyTuple_GET_ITEM(ev, 3));
-        if (move < 0)
-            goto decline;
-        verb = move ? V_move : V_merge;
-    }
-    op = PyTuple_Pack(3, verb, PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1));
-    if (op == NULL)
-        goto decline;
-    Py_ssize_t npre = PyList_GET_SIZE(jbuf);
-    int rc = put_frames(jf, ((PyListObject *)jbuf)->ob_item, npre, op);
-    if (rc <= 0)
-        goto decline;
-    /* journaled: from here on the record is sent, and an error is the caller's */
-    if (npre && PyList_SetSlice(jbuf, 0, npre, NULL) < 0)
-        goto done;
-    PyObject *sent = PyObject_GetAttr(w, s_sent);
-    if (sent == NULL)
-        goto done;
-    PyObject *more = PyNumber_Add(sent, V_one);
-    Py_DECREF(sent);
-    if (more == NULL)
-        goto done;
-    rc = PyObject_SetAttr(w, s_sent, more);
-    Py_DECREF(more);
-    if (rc < 0)
-        goto done;
-    PyObject *held = PyObject_GetAttr(w, s_held);
-    if (held == NULL)
-        goto done;
-    int is_held = PyObject_IsTrue(held);
-    Py_DECREF(held);
-    if (is_held < 0)
-        goto done;
-    if (is_held) {  /* a held step's record is its journal's alone unless the triggers look at it */
-        PyObject *seen = PyObject_CallMethodObjArgs(w, s_see, ev, t, NULL);
-        if (seen == NULL)
-            goto done;
-        int see = PyObject_IsTrue(seen);
-        Py_DECREF(seen);
-        if (see < 0)
-            goto done;
-        if (!see) {
-            out = NEW_REF(Py_True);
-            goto done;
-        }
-    }
-    PyObject *u = PyObject_CallOneArg(F_untrack, ev);
-    if (u == NULL)
-        goto done;
-    Py_DECREF(u);
-    buf = PyObject_GetAttr(w, s_buf);
-    if (buf == NULL || !PyList_CheckExact(buf)) {
-        if (buf != NULL)
-            PyErr_SetString(PyExc_TypeError, "writer._buf is not a list");
-        goto done;
-    }
-    if (PyList_Append(buf, ev) < 0)
-        goto done;
-    if (PyObject_IsTrue(args[2]) || PyList_GET_SIZE(buf) >= batch_n) {
-        PyObject *fresh = PyList_New(0);
-        if (fresh == NULL)
-            goto done;
-        rc = PyObject_SetAttr(w, s_buf, fresh);
-        Py_DECREF(fresh);
-        if (rc < 0)
-            goto done;
-        PyObject *q = PyObject_GetAttr(w, s_q);
-        if (q == NULL)
-            goto done;
-        PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
-        Py_DECREF(q);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
-    out = NEW_REF(Py_True);
-done:
-    Py_XDECREF(jf);
-    Py_XDECREF(jbuf);
-    Py_XDECREF(op);
-    Py_XDECREF(buf);
-    return out;
-decline:
-    PyErr_Clear();
-    Py_XDECREF(jf);
-    Py_XDECREF(jbuf);
-    Py_XDECREF(op);
-    Py_RETURN_FALSE;
 }
 
 /* frame(op) -> bytes: op's frame (its 4-byte length, then op in marshal's format) as journal.frame builds it, for
@@ -490,6 +370,249 @@ jframe(PyObject *self, PyObject *op)
     return out;
 }
 
+/* send(writer, ev, push) -> bool: DumpWriter.send's common case in one call (the caller holds the writer's
+ * hand-off lock): a Record or Merge with no statistics left to read, while the open step has a journal. Its
+ * frame goes to the journal after the call's stack and construct frames waiting in writer._jbuf (put_frames:
+ * copied from the list, not joined into one bytes first); then, unless the step is held by the flight recorder
+ * and its triggers do not look at it (writer._triggers_see), it is untracked and queued as send() does. False,
+ * having done nothing: any other case, or the journal refused the frames or marshal did not take a value (the
+ * Python path decides, again from the start). A Construct (a record's place in the module tree) is its journal
+ * frame, left in writer._jbuf for the next record's append, and, unless the step is held, an event handed off.
+ * Bound to the writer's names by send_setup(Record, Merge, Construct, untrack, batch). */
+static PyObject *T_record, *T_merge, *T_construct, *F_untrack, *s_jf, *s_held, *s_jbuf, *s_buf, *s_q, *s_sent, *s_see, *s_put,
+    *V_set, *V_merge, *V_move, *V_construct;
+static Py_ssize_t batch_n;
+
+static PyObject *
+jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])
+        || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "send_setup(Record, Merge, Construct, untrack, batch)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[4]);
+    if (n < 1) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "batch must be positive");
+        return NULL;
+    }
+    Py_XSETREF(T_record, NEW_REF(args[0]));
+    Py_XSETREF(T_merge, NEW_REF(args[1]));
+    Py_XSETREF(T_construct, NEW_REF(args[2]));
+    Py_XSETREF(F_untrack, NEW_REF(args[3]));
+    batch_n = n;
+    Py_RETURN_NONE;
+}
+
+/* ev appended to writer._buf, and the batch handed to the writer thread's queue when full or pushed: -1 on error */
+static int
+hand_off(PyObject *w, PyObject *ev, PyObject *push)
+{
+    PyObject *buf = PyObject_GetAttr(w, s_buf);
+    if (buf == NULL)
+        return -1;
+    int rc = -1;
+    if (!PyList_CheckExact(buf)) {
+        PyErr_SetString(PyExc_TypeError, "writer._buf is not a list");
+        goto out;
+    }
+    if (PyList_Append(buf, ev) < 0)
+        goto out;
+    int pushed = PyObject_IsTrue(push);
+    if (pushed < 0)
+        goto out;
+    if (pushed || PyList_GET_SIZE(buf) >= batch_n) {
+        PyObject *fresh = PyList_New(0);
+        if (fresh == NULL)
+            goto out;
+        int set = PyObject_SetAttr(w, s_buf, fresh);
+        Py_DECREF(fresh);
+        if (set < 0)
+            goto out;
+        PyObject *q = PyObject_GetAttr(w, s_q);
+        if (q == NULL)
+            goto out;
+        PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
+        Py_DECREF(q);
+        if (r == NULL)
+            goto out;
+        Py_DECREF(r);
+    }
+    rc = 0;
+out:
+    Py_DECREF(buf);
+    return rc;
+}
+
+static void
+drop_items(PyObject **items, PyObject **local, Py_ssize_t n)
+{
+    if (items == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(items[i]);
+    if (items != local)
+        PyMem_Free(items);
+}
+
+/* writer._held: 1, 0, or -1 on error */
+static int
+held_step(PyObject *w)
+{
+    PyObject *held = PyObject_GetAttr(w, s_held);
+    if (held == NULL)
+        return -1;
+    int is_held = PyObject_IsTrue(held);
+    Py_DECREF(held);
+    return is_held;
+}
+
+static PyObject *
+jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send(writer, ev, push)");
+        return NULL;
+    }
+    PyObject *w = args[0], *ev = args[1];
+    PyObject *t = (PyObject *)Py_TYPE(ev);
+    if (T_record == NULL)
+        Py_RETURN_FALSE;
+    int is_record = t == T_record, is_construct = t == T_construct;
+    if (!is_record && !is_construct && t != T_merge)
+        Py_RETURN_FALSE;
+    if (PyTuple_GET_SIZE(ev) < (is_construct ? 2 : is_record ? 3 : 4)
+        || (!is_construct && PyTuple_GET_ITEM(ev, 2) != Py_None))
+        Py_RETURN_FALSE;
+    PyObject *jf = NULL, *jbuf = NULL, *op = NULL, *fr = NULL, *out = NULL;
+    PyObject *local[16], **items = NULL;
+    Py_ssize_t npre = 0;
+    int rc;
+    jf = PyObject_GetAttr(w, s_jf);
+    if (jf == NULL || jf == Py_None)
+        goto decline;
+    jbuf = PyObject_GetAttr(w, s_jbuf);
+    if (jbuf == NULL || !PyList_CheckExact(jbuf))
+        goto decline;
+    if (is_construct) {  /* goes with the next record: that of this module's call or of one inside it */
+        op = PyTuple_Pack(3, V_construct, PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1));
+        if (op == NULL || (fr = jframe(NULL, op)) == NULL)
+            goto decline;  /* ValueError: marshal does not take the parent, which the Python path reports */
+        if (PyList_Append(jbuf, fr) < 0)
+            goto decline;
+        Py_CLEAR(jf);
+        Py_CLEAR(jbuf);
+        Py_CLEAR(op);
+        Py_CLEAR(fr);
+        if ((rc = held_step(w)) < 0 || (!rc && hand_off(w, ev, args[2]) < 0))
+            return NULL;
+        Py_RETURN_TRUE;
+    }
+    PyObject *verb = V_set;
+    if (!is_record) {
+        int move = PyObject_IsTrue(PyTuple_GET_ITEM(ev, 3));
+        if (move < 0)
+            goto decline;
+        verb = move ? V_move : V_merge;
+    }
+    op = PyTuple_Pack(3, verb, PyTuple_GET_ITEM(ev, 0), PyTuple_GET_ITEM(ev, 1));
+    if (op == NULL)
+        goto decline;
+    /* The waiting frames taken from the writer, as send() joins and clears them: its list swapped for a new one (the
+     * only allocation here, made before anything is read: a collection it runs may call Python code that changes the
+     * list), their references held in an array of our own; put back in front of any added meanwhile where the
+     * journal refuses them. A collection's callback or a signal handler (which may run where marshal allocates) then
+     * finds the writer's list as send() in Python leaves it, and frees no frame this call still reads. */
+    npre = PyList_GET_SIZE(jbuf);
+    if (npre) {
+        PyObject *fresh = PyList_New(0);
+        if (fresh == NULL)
+            goto decline;
+        Py_DECREF(jbuf);
+        jbuf = PyObject_GetAttr(w, s_jbuf);  /* again: the allocation may have run Python code */
+        if (jbuf == NULL || !PyList_CheckExact(jbuf) || PyObject_SetAttr(w, s_jbuf, fresh) < 0) {
+            Py_DECREF(fresh);
+            goto decline;
+        }
+        Py_DECREF(fresh);
+        npre = PyList_GET_SIZE(jbuf);
+        items = npre <= 16 ? local : PyMem_Malloc(npre * sizeof(PyObject *));
+        if (items == NULL) {
+            npre = 0;
+            goto put_back;
+        }
+        for (Py_ssize_t i = 0; i < npre; i++)
+            items[i] = NEW_REF(PyList_GET_ITEM(jbuf, i));
+    }
+    rc = put_frames(jf, items, npre, op);
+    if (rc <= 0)
+        goto put_back;
+    /* journaled: from here on the record is sent, and an error is the caller's */
+    PyObject *sent = PyObject_GetAttr(w, s_sent);
+    if (sent == NULL)
+        goto done;
+    PyObject *more = PyNumber_Add(sent, V_one);
+    Py_DECREF(sent);
+    if (more == NULL)
+        goto done;
+    rc = PyObject_SetAttr(w, s_sent, more);
+    Py_DECREF(more);
+    if (rc < 0)
+        goto done;
+    int is_held = held_step(w);
+    if (is_held < 0)
+        goto done;
+    if (is_held) {  /* a held step's record is its journal's alone unless the triggers look at it */
+        PyObject *seen = PyObject_CallMethodObjArgs(w, s_see, ev, t, NULL);
+        if (seen == NULL)
+            goto done;
+        int see = PyObject_IsTrue(seen);
+        Py_DECREF(seen);
+        if (see < 0)
+            goto done;
+        if (!see) {
+            out = NEW_REF(Py_True);
+            goto done;
+        }
+    }
+    PyObject *u = PyObject_CallOneArg(F_untrack, ev);
+    if (u == NULL)
+        goto done;
+    Py_DECREF(u);
+    if (hand_off(w, ev, args[2]) < 0)
+        goto done;
+    out = NEW_REF(Py_True);
+done:
+    drop_items(items, local, npre);
+    Py_XDECREF(jf);
+    Py_XDECREF(jbuf);
+    Py_XDECREF(op);
+    return out;
+put_back:  /* declined after the swap: the taken frames go back in front of the writer's list */
+    drop_items(items, local, npre);
+    items = NULL;
+    PyErr_Clear();
+    {
+        PyObject *now = PyObject_GetAttr(w, s_jbuf);
+        if (now == NULL || !PyList_CheckExact(now) || PyList_SetSlice(now, 0, 0, jbuf) < 0) {
+            Py_XDECREF(now);
+            PyErr_Clear();
+            if (PyObject_SetAttr(w, s_jbuf, jbuf) < 0)  /* the taken frames alone rather than none */
+                PyErr_Clear();
+        } else {
+            Py_DECREF(now);
+        }
+    }
+decline:
+    PyErr_Clear();
+    Py_XDECREF(jf);
+    Py_XDECREF(jbuf);
+    Py_XDECREF(op);
+    Py_XDECREF(fr);
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
@@ -520,9 +643,10 @@ PyInit__jput(void)
     V_set = PyUnicode_InternFromString("set");
     V_merge = PyUnicode_InternFromString("merge");
     V_move = PyUnicode_InternFromString("move");
+    V_construct = PyUnicode_InternFromString("construct");
     V_one = PyLong_FromLong(1);
     if (!s_mm || !s_pos || !s_busy || !s_jf || !s_held || !s_jbuf || !s_buf || !s_q || !s_sent || !s_see || !s_put
-        || !V_set || !V_merge || !V_move || !V_one)
+        || !V_set || !V_merge || !V_move || !V_construct || !V_one)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -159,7 +159,7 @@ class ApiHooks:
                 with Quiet():
                     try:
                         s.ensure_open()
-                        rec.writer.send(Construct(fkey, self._parent(stack)))
+                        rec.writer.send(made(Construct, (fkey, self._parent(stack))))
                         self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
                                                 kwargs, False)
                     except Exception as exc:
@@ -239,7 +239,7 @@ class ApiHooks:
             s.ensure_open()
             rec.writer.send(made(Record, (fkey, body, pending or None)))
         if rec.construct:
-            rec.writer.send(Construct(fkey, self._parent(stack)))
+            rec.writer.send(made(Construct, (fkey, self._parent(stack))))
         if s.filters.active:
             s.filters.finished(fkey)
         if rec.bwd and prefix != "Distributed":

@@ -540,9 +540,9 @@ def test_a_nan_taken_in_a_run_is_the_step_summarys_first(tmp_path, where):
 def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, monkeypatch, seed):
     """DumpWriter.send's common case in one C call (_jput.send): the same journal operations, the same events handed to
     the writer thread in the same batches and the same count of records sent as send() in Python, for records and
-    members with and without statistics still to read, a call's construct frames waiting for its record, values
-    marshal does not take, records past the journal's chunk (its growth is the Python path's), a held step's records
-    that its triggers look at or not, and pushes."""
+    members with and without statistics still to read, module-tree places (their frames wait for the next record),
+    values marshal does not take, records past the journal's chunk (its growth is the Python path's), a held step's
+    records and places that its triggers look at or not, and pushes."""
     import random
     import shutil
 
@@ -616,3 +616,93 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
     assert not differ and len(fast[1]) == len(slow[1]), differ[:1]
     assert sum(map(len, fast[1])) < len(events)  # a held step's unseen records stay out
     assert fast[2] == slow[2] == sum(type(ev) is not Construct for ev, _, _ in events)
+
+
+def test_a_collection_inside_the_c_send_finds_the_waiting_frames_as_the_python_send_leaves_them(tmp_path):
+    """The C send takes the frames waiting in the writer's list before it journals a record; a collection started by an
+    allocation inside it (on Python 3.9-3.11 at once, here forced by the lowest thresholds) runs Python code, which may
+    empty that list and add to it (a signal handler ending the journal). Whatever the instant: the journal holds the
+    record after whole frames (the ones taken, or the ones the callback left), nothing freed is read, and a frame
+    added after the take waits for the next record. A lone surrogate sends the record through marshal's own writer,
+    where the collection may land between the two tries."""
+    import gc
+
+    from msprobe_inject import writer
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import DumpWriter, Record
+
+    if writer._csend is None:
+        pytest.skip("the C send is not built here")
+    old = [journal.frame(("construct", f"OLD{i}", None)) for i in range(3)]
+    new = journal.frame(("construct", "NEW", None))
+    seen = set()
+    for threshold in range(1, 13):
+        d = str(tmp_path / f"t{threshold}" / "step0" / "rank0")
+        w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
+        w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path)})
+        w._jbuf.extend(old)
+        armed = [True]
+
+        def callback(phase, info, w=w, armed=armed):
+            if phase == "start" and armed[0]:
+                armed[0] = False
+                w._jbuf.clear()
+                _ = [b"\xff" * 40 for _ in range(50)]  # blocks of the frames freed, if any, used again
+                w._jbuf.append(new)
+
+        ev = Record("k", {"output": ["\udcff", threshold]}, None)
+        before = gc.get_threshold()
+        gc.collect()
+        gc.callbacks.append(callback)
+        try:
+            gc.set_threshold(threshold)
+            w.send(ev)
+        finally:
+            gc.set_threshold(*before)
+            gc.callbacks.remove(callback)
+        with open(w._jf.path, "rb") as fh:
+            ops = [op for op in journal._ops(fh.read()) if op[0] != "open"]
+        names = [op[1] for op in ops]
+        assert ops[-1] == ("set", "k", {"output": ["\udcff", threshold]}), (threshold, ops)
+        if names[:-1] == ["NEW"]:  # the callback ran before the take: its frame went with the record
+            assert w._jbuf == [], threshold
+        else:
+            assert names[:-1] == ["OLD0", "OLD1", "OLD2"], (threshold, names)
+            assert w._jbuf == ([] if armed[0] else [new]), threshold
+        seen.add((names[0], armed[0]))
+        w.close()
+    assert ("NEW", False) in seen, seen  # the collection landed inside the send at least once
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_an_error_after_the_journal_took_a_record_reaches_the_caller_once(tmp_path, monkeypatch, way):
+    """send() journals a record, then asks a held step's triggers: when they raise, the caller gets the exception (its
+    hook logs it), the record is in the journal once, counted once, and the frames that went with it are not left to
+    go again with the next record. Both ways of sending."""
+    from msprobe_inject import writer
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import DumpWriter, Record
+
+    if way == "python":
+        monkeypatch.setattr(writer, "_csend", None)
+    elif writer._csend is None:
+        pytest.skip("the C send is not built here")
+    d = str(tmp_path / "d" / "step0" / "rank0")
+    w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
+    w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+
+    def broken(ev, t):
+        raise RuntimeError("trigger rule failed")
+
+    w._triggers_see = broken
+    w._held = True
+    w._jbuf.append(journal.frame(("construct", "k", None)))
+    with pytest.raises(RuntimeError, match="trigger rule failed"):
+        w.send(Record("k", {"output": [1.5]}, None))
+    assert w.records_sent == 1 and w._jbuf == []
+    w._held = False
+    w.send(Record("j", {"output": [2.5]}, None))
+    with open(w._jf.path, "rb") as fh:
+        ops = [op[:2] for op in journal._ops(fh.read()) if op[0] != "open"]
+    assert ops == [("construct", "k"), ("set", "k"), ("set", "j")]
+    w.close()
