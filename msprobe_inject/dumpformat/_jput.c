@@ -488,7 +488,7 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *jf = NULL, *jbuf = NULL, *op = NULL, *fr = NULL, *out = NULL;
     PyObject *local[16], **items = NULL;
     Py_ssize_t npre = 0;
-    int rc;
+    int rc, swapped = 0;
     jf = PyObject_GetAttr(w, s_jf);
     if (jf == NULL || jf == Py_None)
         goto decline;
@@ -536,6 +536,7 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto decline;
         }
         Py_DECREF(fresh);
+        swapped = 1;  /* jbuf is no longer the writer's: what it holds is this call's */
         npre = PyList_GET_SIZE(jbuf);
         items = npre <= 16 ? local : PyMem_Malloc(npre * sizeof(PyObject *));
         if (items == NULL) {
@@ -593,7 +594,7 @@ put_back:  /* declined after the swap: the taken frames go back in front of the 
     drop_items(items, local, npre);
     items = NULL;
     PyErr_Clear();
-    {
+    if (swapped) {
         PyObject *now = PyObject_GetAttr(w, s_jbuf);
         if (now == NULL || !PyList_CheckExact(now) || PyList_SetSlice(now, 0, 0, jbuf) < 0) {
             Py_XDECREF(now);
