@@ -45,6 +45,7 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
     def set_way(way: str) -> None:
         c = way == "c"
         enc.use_cache, enc._large = configured if c else True, c
+        enc.bind()
         if c:
             enc.__dict__.pop("tensor", None)
         else:

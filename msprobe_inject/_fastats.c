@@ -1226,51 +1226,67 @@ attr_is(PyObject *t, int i, PyObject *want)
     return same;
 }
 
-/* An entry's dict: a copy of a template holding its keys in order (None values), then its values set over those.
+/* An entry's dict: a copy of a template holding its keys in order, then its values set over those.
  * A new dict grown key by key allocates its table, then again at the sixth key; a template's copy is one table
- * copied, and each value replaces one in place. Templates are found by their keys' objects (this file's interned
- * names), a handful in all. */
-#define TEMPLATES 8
+ * copied, and each value replaces one in place. A value that is one of a few shared objects (a tensor's type and
+ * float32 dtype, a builtin's type name, None, True, False) is the template's own: its pair is not set again (three
+ * of a statistics entry's eight). Templates are found by their keys' objects (this file's interned names) and those
+ * values, a handful in all. */
+#define TEMPLATES 24
 static struct {
     int pairs;
     PyObject *keys[9];
+    PyObject *fixed[9]; /* the template's value of a pair taken as it is, or NULL: set on each copy */
     PyObject *dict;
 } tmpl[TEMPLATES];
 
-static PyObject *
+static int
+fixed_value(PyObject *v)
+{
+    return v == Py_None || v == Py_True || v == Py_False || v == V_tensor || v == V_float32 || v == V_bool
+           || v == V_int || v == V_float || v == V_str;
+}
+
+static int
 template_for(PyObject **kv, int pairs)
 {
     if (pairs > 9)
-        return NULL;
+        return -1;
     for (int j = 0; j < TEMPLATES; j++) {
         if (tmpl[j].dict == NULL) {
             PyObject *d = PyDict_New();
             if (d == NULL)
-                return NULL;
-            for (int i = 0; i < pairs; i++)
-                if (PyDict_SetItem(d, kv[2 * i], Py_None) < 0) {
+                return -1;
+            for (int i = 0; i < pairs; i++) {
+                PyObject *v = kv[2 * i + 1];
+                if (PyDict_SetItem(d, kv[2 * i], fixed_value(v) ? v : Py_None) < 0) {
                     Py_DECREF(d);
-                    return NULL;
+                    return -1;
                 }
+            }
             if (PyDict_GET_SIZE(d) != pairs) { /* a key twice: no template */
                 Py_DECREF(d);
-                return NULL;
+                return -1;
             }
-            for (int i = 0; i < pairs; i++)
+            for (int i = 0; i < pairs; i++) {
+                PyObject *v = kv[2 * i + 1];
                 tmpl[j].keys[i] = NEW_REF(kv[2 * i]);
+                tmpl[j].fixed[i] = fixed_value(v) ? NEW_REF(v) : NULL;
+            }
             tmpl[j].pairs = pairs;
             tmpl[j].dict = d;
-            return d;
+            return j;
         }
         if (tmpl[j].pairs != pairs)
             continue;
         int i = 0;
-        while (i < pairs && tmpl[j].keys[i] == kv[2 * i])
+        while (i < pairs && tmpl[j].keys[i] == kv[2 * i]
+               && (tmpl[j].fixed[i] == NULL ? !fixed_value(kv[2 * i + 1]) : tmpl[j].fixed[i] == kv[2 * i + 1]))
             i++;
         if (i == pairs)
-            return tmpl[j].dict;
+            return j;
     }
-    return NULL;
+    return -1;
 }
 
 static PyObject *
@@ -1279,13 +1295,13 @@ dict_of(PyObject **kv, int pairs)
     for (int i = 0; i < pairs; i++)
         if (kv[2 * i + 1] == NULL)
             return NULL;
-    PyObject *t = template_for(kv, pairs);
+    int j = template_for(kv, pairs);
     PyErr_Clear();
-    PyObject *d = t != NULL ? PyDict_Copy(t) : PyDict_New();
+    PyObject *d = j >= 0 ? PyDict_Copy(tmpl[j].dict) : PyDict_New();
     if (d == NULL)
         return NULL;
     for (int i = 0; i < pairs; i++)
-        if (PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
+        if ((j < 0 || tmpl[j].fixed[i] == NULL) && PyDict_SetItem(d, kv[2 * i], kv[2 * i + 1]) < 0) {
             Py_DECREF(d);
             return NULL;
         }
@@ -1635,6 +1651,27 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
     return kind;
 }
 
+/* entries' ctx form: torch's thread count asked only of a tensor whose statistics depend on it (from the grain on,
+ * or above max elements), through the function the ctx gives (a call per encoded value otherwise, for a figure
+ * the tiny tensors of most calls never read); -1 where it fails, and the tensor is encode.py's */
+#define THREADS_ASK (TS_MAXTHREADS + 1)
+static PyObject *threads_fn;
+
+static int
+threads_now(Py_ssize_t n)
+{
+    if (n < TS_GRAIN && n <= E.max_numel)
+        return 1; /* not read: below the grain and in one block */
+    PyObject *r = threads_fn != NULL ? PyObject_CallNoArgs(threads_fn) : NULL;
+    long v = r != NULL ? PyLong_AsLong(r) : -1;
+    Py_XDECREF(r);
+    if (v < 1 || v > TS_MAXTHREADS) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (int)v;
+}
+
 /* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
  * encode.StatCache for those, or None */
 static PyObject *
@@ -1649,6 +1686,12 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
     if (!got)
         return NOT_MINE;
+    if (threads == THREADS_ASK && (threads = threads_now(n)) < 1) {
+        Py_DECREF(ptr);
+        Py_DECREF(size);
+        Py_DECREF(rg);
+        return NOT_MINE;
+    }
     if (got == 2) {
         PyObject *d = constant_entry(p, n, size, rg, mode, threads);
         Py_DECREF(ptr);
@@ -1852,10 +1895,34 @@ item_entry(PyObject *v, int mode, int threads, PyObject *cache, int mine, PyObje
  * another value or a dict with a non-str key: encode.py's to encode. The items this does not encode go to fallback,
  * encode.py's, with their index or key, pending and value: the same call it would make for them. threads (torch's
  * intra-op thread count, default 0): tensors above entries_setup's max elements are encoded here too, looked up in
- * and added to cache (encode.StatCache) unless it is None (the default). */
+ * and added to cache (encode.StatCache) unless it is None (the default). entries(ctx, value, pending), ctx =
+ * (fallback, mode, threads, cache), is the same call, threads there an int or a function (threads_now). */
 static PyObject *
 fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    PyObject *ctx[6];
+    if (nargs == 3) { /* entries(ctx, value, pending), ctx = (fallback, mode, threads or a function giving them,
+                       * cache): what an encoder gives every call, bound once (functools.partial) */
+        PyObject *c = args[0];
+        if (!PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) != 4) {
+            PyErr_SetString(PyExc_TypeError, "entries(ctx, value, pending): ctx is (fallback, mode, threads, cache)");
+            return NULL;
+        }
+        PyObject *th = PyTuple_GET_ITEM(c, 2);
+        if (!PyLong_CheckExact(th)) {
+            if (!PyCallable_Check(th)) {
+                PyErr_SetString(PyExc_TypeError, "entries: ctx's threads is an int or a function");
+                return NULL;
+            }
+            if (th != threads_fn)
+                Py_XSETREF(threads_fn, NEW_REF(th));
+            th = NULL;
+        }
+        ctx[0] = args[1], ctx[1] = PyTuple_GET_ITEM(c, 0), ctx[2] = args[2], ctx[3] = PyTuple_GET_ITEM(c, 1);
+        ctx[4] = th, ctx[5] = PyTuple_GET_ITEM(c, 3);
+        args = ctx;
+        nargs = 6;
+    }
     if (nargs < 4 || nargs > 6) {
         PyErr_SetString(PyExc_TypeError, "entries(value, fallback, pending, mode[, threads[, cache]])");
         return NULL;
@@ -1872,8 +1939,8 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5), 2 (xor) or 3 (norm)");
         return NULL;
     }
-    long threads = nargs >= 5 ? PyLong_AsLong(args[4]) : 0;
-    if (threads < 0 || threads > TS_MAXTHREADS) {
+    long threads = nargs >= 5 ? (args[4] == NULL ? THREADS_ASK : PyLong_AsLong(args[4])) : 0;
+    if (threads < 0 || (threads > TS_MAXTHREADS && threads != THREADS_ASK)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "entries: bad threads");
         return NULL;
@@ -2050,7 +2117,9 @@ static PyMethodDef methods[] = {
      "entries(value, fallback, pending, mode[, threads[, cache]]) -> msprobe's entries of a list, tuple or dict in "
      "summary mode 0 (statistics), 1 (md5), 2 (xor) or 3 (the Norm alone), its small CPU float32 tensors (with "
      "threads, torch's thread count: its larger ones too, but for xor, through cache unless None; in mode 3 any size, "
-     "uncached) and scalars encoded here, the rest by fallback; NotImplemented for another value"},
+     "uncached) and scalars encoded here, the rest by fallback; NotImplemented for another value. "
+     "entries(ctx, value, pending) with ctx = (fallback, mode, threads, cache) is the same call, threads an int or "
+     "a function giving torch's thread count, called only for a tensor whose figures depend on it"},
     {"cache_setup", fastats_cache_setup, METH_VARARGS,
      "cache_setup(READY, storage_refs[, constants]): the final kind and whether a storage's Python object lives as "
      "long as the storage, for the statistics cache entries looks up and fills; the figures of broadcast tensors by "

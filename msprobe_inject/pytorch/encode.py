@@ -881,23 +881,33 @@ class Encoder(entries.EncoderBase):
         # larger CPU float32 tensors too, through _f32_kernel's read (torch's thread count given per call: it may
         # change) and this cache (StatCache's dict, keys and values); the xor mode's checksum of those stays xor_hex's
         self._large = self._entries is not None and _mean_fused and self.summary != "xor"
+        self.bind()
+
+    def bind(self) -> None:
+        """What every C call of the entries is given, as one tuple (the ctx form of ``_fastats.entries``): bound again
+        where use_cache or _large change. torch's thread count goes as its function, which the C asks only of a
+        tensor whose statistics depend on it."""
+        threads = _num_threads if self._large else 0
+        cache = self.cache if self.use_cache else None
+        self._ctx = (self._item, self._entry_mode, threads, cache)
+        self._ctx_one = (self._one, self._entry_mode, threads, cache)
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:
         """Encode a value. file_prefix is the tensor file stem ('{key}.input') or None for no files."""
-        tv = type(value)
-        if (tv is dict or tv is list) and not value:  # no kwargs, no outputs: most calls have one
-            return tv()
-        if self._entries is not None and file_prefix is None and not keys:
+        entries = self._entries
+        if entries is not None and file_prefix is None and not keys:  # the common value (an empty one too)
             start = len(pending)
             try:
-                got = self._entries(value, self._item, pending, self._entry_mode, _num_threads() if self._large else 0,
-                                    self.cache if self.use_cache else None)
+                got = entries(self._ctx, value, pending)
             finally:  # as below: the device items the fallback queued get their norms, also if it raised
                 if self._devices and len(pending) > start:
                     self._finish(pending, start)
             if got is not NotImplemented:
                 return got
+        tv = type(value)
+        if (tv is dict or tv is list) and not value:
+            return tv()
         prev = torch.is_grad_enabled()
         if prev:
             torch._C._set_grad_enabled(False)  # one switch per value, not a context manager per tensor
@@ -913,8 +923,7 @@ class Encoder(entries.EncoderBase):
     def tensor(self, t: torch.Tensor, pending: Pending, file_name: Optional[str]) -> Dict[str, Any]:
         if self._entries is not None and file_name is None:  # encode()'s C call, for the one tensor
             try:
-                return self._entries((t,), self._one, pending, self._entry_mode, _num_threads() if self._large else 0,
-                                     self.cache if self.use_cache else None)[0]
+                return self._entries(self._ctx_one, (t,), pending)[0]
             except Exception:  # the C call itself failed (memory): the Python path, which never raises
                 pass
         return self._tensor_entry(t, pending, file_name)

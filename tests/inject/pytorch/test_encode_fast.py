@@ -227,6 +227,48 @@ def test_large_tensors_are_read_in_c_only_when_the_encoder_passes_the_thread_cou
         encode._fast_entries([big], None, [], 0, -1)
 
 
+def test_the_ctx_form_asks_the_thread_count_only_of_a_tensor_whose_figures_depend_on_it():
+    """entries(ctx, value, pending) is entries(value, *ctx) with pending in its place, torch's thread count given as
+    a function the C calls for a tensor from the grain up (or above the small size) and for no other."""
+    if not encode._mean_fused:
+        pytest.skip("the C call does not take large tensors here (torch's split mean not reproduced)")
+    asked: list = []
+
+    def threads() -> int:
+        asked.append(1)
+        return torch.get_num_threads()
+
+    def python(*_a):
+        return "python"
+
+    small, big = torch.randn(4, 4), torch.randn(300_001)[1:]
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            for mode in (0, 1, 3):
+                for cache in (None, encode.StatCache()):
+                    asked.clear()
+                    value = [small, 0.5, {"k": small}]
+                    got = encode._fast_entries((python, mode, threads, cache), value, Pending())
+                    assert got == encode._fast_entries(value, python, Pending(), mode, n, cache) and asked == []
+                    value = [small, big, big.view(-1, 20)]
+                    got = encode._fast_entries((python, mode, threads, cache), value, Pending())
+                    want = encode._fast_entries(value, python, Pending(), mode, n, None)
+                    assert got == want and "python" not in got and len(asked) == 2  # once per large tensor
+    finally:
+        torch.set_num_threads(before)
+    assert encode._fast_entries((python, 0, 0, None), [big], Pending()) == ["python"]  # no thread count: Python's
+
+    def broken() -> int:
+        raise RuntimeError("no thread count")
+
+    assert encode._fast_entries((python, 0, broken, None), [small, big], Pending())[1] == "python"  # declined
+    assert encode._fast_entries((python, 0, lambda: 0, None), [big], Pending()) == ["python"]
+    with pytest.raises(TypeError):
+        encode._fast_entries((python, 0, "2", None), [big], Pending())
+
+
 def test_the_cache_is_kept_where_records_hold_inputs():
     assert _encoder().use_cache and _encoder()._large == encode._mean_fused
     assert not _encoder(data_mode=["output"]).use_cache
