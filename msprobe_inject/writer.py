@@ -130,11 +130,13 @@ class Trigger(NamedTuple):
 
 _RECORDS = (Record, Merge)
 _IN_RUNS = (Record, Merge, Stack, Construct)  # what DumpWriter._events_run takes
-# DumpWriter.send's common case in C (journal._send: the record's frame, its call's waiting frames, the hand-off), or
-# None where the journal's C append is not built
+# DumpWriter.send's common case in C (journal._send: the record's frame, its call's waiting frames, the hand-off), and
+# DumpWriter.stack's tail for a stack seen before (journal._stack: its frames, the hand-off), or None where the
+# journal's C append is not built
 _csend = journal._send
+_cstack = journal._stack
 if _csend is not None:
-    journal._send_setup(Record, Merge, Construct, untrack, _BATCH)
+    journal._send_setup(Record, Merge, Construct, untrack, _BATCH, Stack)
 _next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 
@@ -362,6 +364,8 @@ class DumpWriter:
                 if len(self._stacks) > 50_000:
                     self._stacks.clear()
                 known = self._stacks[sig] = (_next_stack_id(), tuple(format_stack(frames)), frames)
+            if _cstack is not None and _cstack(self, key, known):  # the steps below in one C call
+                return
             jf = self._jf
             if jf is not None:
                 sid, text = known[0], known[1]

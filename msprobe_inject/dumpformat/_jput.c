@@ -379,16 +379,17 @@ jframe(PyObject *self, PyObject *op)
  * Python path decides, again from the start). A Construct (a record's place in the module tree) is its journal
  * frame, left in writer._jbuf for the next record's append, and, unless the step is held, an event handed off.
  * Bound to the writer's names by send_setup(Record, Merge, Construct, untrack, batch). */
-static PyObject *T_record, *T_merge, *T_construct, *F_untrack, *s_jf, *s_held, *s_jbuf, *s_buf, *s_q, *s_sent, *s_see, *s_put,
-    *V_set, *V_merge, *V_move, *V_construct;
+static PyObject *T_record, *T_merge, *T_construct, *T_stack, *F_untrack, *s_jf, *s_held, *s_jbuf, *s_buf, *s_q, *s_sent,
+    *s_see, *s_put, *s_stacks, *V_set, *V_merge, *V_move, *V_construct, *V_stack, *V_stackdef;
 static Py_ssize_t batch_n;
 
 static PyObject *
 jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])
-        || !PyCallable_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "send_setup(Record, Merge, Construct, untrack, batch)");
+    if (nargs < 5 || nargs > 6 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])
+        || !PyCallable_Check(args[3]) || (nargs == 6 && (!PyType_Check(args[5])
+                                                          || !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type)))) {
+        PyErr_SetString(PyExc_TypeError, "send_setup(Record, Merge, Construct, untrack, batch[, Stack])");
         return NULL;
     }
     Py_ssize_t n = PyLong_AsSsize_t(args[4]);
@@ -401,6 +402,8 @@ jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(T_merge, NEW_REF(args[1]));
     Py_XSETREF(T_construct, NEW_REF(args[2]));
     Py_XSETREF(F_untrack, NEW_REF(args[3]));
+    if (nargs == 6)
+        Py_XSETREF(T_stack, NEW_REF(args[5]));
     batch_n = n;
     Py_RETURN_NONE;
 }
@@ -614,6 +617,74 @@ decline:
     Py_RETURN_FALSE;
 }
 
+/* stack(writer, key, known) -> bool: DumpWriter.stack's tail for a call whose stack is known (known: its (id, text,
+ * frames)), the caller holding the hand-off lock. While the step has a journal, the stack's definition (once per
+ * journal, jf.stacks) and the call's stack frame wait in writer._jbuf for the next record's put; unless the step is
+ * held, a Stack event (key, text) is handed off as send() hands off an event. False, having changed nothing: no
+ * Stack type given to send_setup, or a journal or frame the Python path handles (it raises where marshal does). */
+static PyObject *
+jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "stack(writer, key, known)");
+        return NULL;
+    }
+    PyObject *w = args[0], *key = args[1], *known = args[2];
+    if (T_stack == NULL || !PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) < 2)
+        Py_RETURN_FALSE;
+    PyObject *sid = PyTuple_GET_ITEM(known, 0), *text = PyTuple_GET_ITEM(known, 1);
+    PyObject *jf = PyObject_GetAttr(w, s_jf);
+    if (jf == NULL)
+        return NULL;
+    if (jf != Py_None) {
+        PyObject *stacks = PyObject_GetAttr(jf, s_stacks), *jbuf = PyObject_GetAttr(w, s_jbuf);
+        PyObject *op = NULL, *def = NULL, *use = NULL;
+        int has = -1, rc = -1;
+        Py_DECREF(jf);
+        if (stacks == NULL || jbuf == NULL || !PySet_CheckExact(stacks) || !PyList_CheckExact(jbuf)
+            || (has = PySet_Contains(stacks, sid)) < 0)
+            goto no;
+        if (!has && ((op = PyTuple_Pack(3, V_stackdef, sid, text)) == NULL || (def = jframe(NULL, op)) == NULL))
+            goto no;
+        Py_CLEAR(op);
+        if ((op = PyTuple_Pack(3, V_stack, key, sid)) == NULL || (use = jframe(NULL, op)) == NULL)
+            goto no;
+        /* both frames built: from here the Python path's steps, an error the caller's */
+        rc = (!has && (PySet_Add(stacks, sid) < 0 || PyList_Append(jbuf, def) < 0)) || PyList_Append(jbuf, use) < 0
+            ? -2 : 0;
+    no:
+        Py_XDECREF(stacks);
+        Py_XDECREF(jbuf);
+        Py_XDECREF(op);
+        Py_XDECREF(def);
+        Py_XDECREF(use);
+        if (rc == -2)
+            return NULL;
+        if (rc < 0) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        int is_held = held_step(w);
+        if (is_held < 0)
+            return NULL;
+        if (is_held)  /* as send() does with a Stack: a held step's stacks are its journal's alone */
+            Py_RETURN_TRUE;
+    } else {
+        Py_DECREF(jf);
+    }
+    /* the event, as made(Stack, (key, text)) builds it: the named tuple's instance without its Python __new__ */
+    PyObject *ev = ((PyTypeObject *)T_stack)->tp_alloc((PyTypeObject *)T_stack, 2);
+    if (ev == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(ev, 0, NEW_REF(key));
+    PyTuple_SET_ITEM(ev, 1, NEW_REF(text));
+    int rc = hand_off(w, ev, Py_False);
+    Py_DECREF(ev);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
@@ -621,7 +692,10 @@ static PyMethodDef methods[] = {
     {"send", (PyCFunction)(void (*)(void))jsend, METH_FASTCALL,
      "send(writer, ev, push) -> bool: DumpWriter.send's common case (see the comment above jsend)."},
     {"send_setup", (PyCFunction)(void (*)(void))jsend_setup, METH_FASTCALL,
-     "send_setup(Record, Merge, untrack, batch): the writer's event types, untrack and batch size for send."},
+     "send_setup(Record, Merge, Construct, untrack, batch[, Stack]): the writer's event types, untrack and batch size "
+     "for send and stack."},
+    {"stack", (PyCFunction)(void (*)(void))jstack, METH_FASTCALL,
+     "stack(writer, key, known) -> bool: DumpWriter.stack's tail for a known stack (see the comment above jstack)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -645,9 +719,12 @@ PyInit__jput(void)
     V_merge = PyUnicode_InternFromString("merge");
     V_move = PyUnicode_InternFromString("move");
     V_construct = PyUnicode_InternFromString("construct");
+    V_stack = PyUnicode_InternFromString("stack");
+    V_stackdef = PyUnicode_InternFromString("stackdef");
+    s_stacks = PyUnicode_InternFromString("stacks");
     V_one = PyLong_FromLong(1);
     if (!s_mm || !s_pos || !s_busy || !s_jf || !s_held || !s_jbuf || !s_buf || !s_q || !s_sent || !s_see || !s_put
-        || !V_set || !V_merge || !V_move || !V_construct || !V_one)
+        || !V_set || !V_merge || !V_move || !V_construct || !V_stack || !V_stackdef || !s_stacks || !V_one)
         return NULL;
     return PyModule_Create(&module);
 }

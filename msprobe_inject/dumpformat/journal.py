@@ -45,6 +45,7 @@ _cframe = getattr(_jput, "frame", None)
 # a writer's send in one C call (see _jput.c; bound to the writer's names by _send_setup), or None: a build before it
 _send = getattr(_jput, "send", None)
 _send_setup = getattr(_jput, "send_setup", None)
+_stack = getattr(_jput, "stack", None)  # a writer's stack tail for a known stack, the same way
 
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only
 _LEN = struct.Struct("<I")

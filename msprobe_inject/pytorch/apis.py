@@ -23,6 +23,7 @@ from .state import _NO_TF, COMPILER, Quiet, dynamo_compiling, hook_after, tls
 
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _FunctionType = type(lambda: None)
+_UNSEEN = object()
 _TENSOR = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 
@@ -50,27 +51,30 @@ class DumpMode(TorchFunctionMode):
     def __init__(self, hooks: ApiHooks):
         super().__init__()
         self.hooks = hooks
-        # what is never an API msprobe wraps, whatever the call (a tensor's attribute read, torch.is_complex, the
-        # optimizer's zeros_like): called through at once. Over half the calls of a training step are these.
-        self.never = hooks.never
+        # what resolve() found a callable to be whatever the call: None for no API msprobe wraps (a tensor's
+        # attribute read, torch.is_complex, the optimizer's zeros_like; over half the calls of a training step), its
+        # (base, listed, prefix, api) for an API whose name does not depend on the calling line (all but operators)
+        self.known = hooks.known
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
-        # first: dynamo traces this method, and a set of any callables is nothing it guards
+        # first: dynamo traces this method, and a dict of any callables is nothing it guards
         if dynamo_compiling() or COMPILER._is_compiling_flag:
             return func(*args, **kwargs)
         try:
-            if func in self.never:
-                return func(*args, **kwargs)
+            info = self.known.get(func, _UNSEEN)
         except TypeError:  # an unhashable callable: resolve() says what it is
-            pass
+            info = _UNSEEN
+        if info is None:
+            return func(*args, **kwargs)
         h = self.hooks
         if tls.busy or tls.in_api or not h.rec.api_on:
             return func(*args, **kwargs)
-        info = h.resolve(func, args)
-        if info is None:
-            return func(*args, **kwargs)
+        if info is _UNSEEN:
+            info = h.resolve(func, args)
+            if info is None:
+                return func(*args, **kwargs)
         rec = None
         if type(func) is _FunctionType and kwargs and h.rec.session.running:
             rec = apinames.respell(func, args, kwargs, sys._getframe(1))  # for the record only
@@ -90,7 +94,7 @@ class ApiHooks:
         self.tensor_dunders = {n: (cfg.risk_level == "ALL" or n not in low)
                                for n in lists["tensor"] if n.startswith("__")}
         self._bases: Dict[tuple, str] = {}
-        self.never: set = set()  # callables resolve() found to be no API whatever their arguments
+        self.known: Dict[Any, Any] = {}  # DumpMode.known: what resolve() found a callable to be, whatever the call
         self.mode = DumpMode(self)
         self.mode_pushed = False
         self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
@@ -115,34 +119,44 @@ class ApiHooks:
         return base
 
     def resolve(self, func, args):
-        """(base name, listed, prefix, api) for a torch callable, or None when it is not an API msprobe wraps."""
-        try:  # ApiTable.lookup, spelled out: a frame per recorded call
+        """(base name, listed, prefix, api) for a torch callable, or None when it is not an API msprobe wraps;
+        kept in ``known`` where it holds for every call of the callable (bounded whatever the callables' identities
+        turn out to be)."""
+        try:  # ApiTable.lookup, spelled out
             name = self.table.names.get(func)
         except TypeError:
             name = None
         if name is None:
             if not self.all_apis:
-                if len(self.never) < 4096:  # bounded whatever the callables' identities turn out to be
-                    try:
-                        self.never.add(func)
-                    except TypeError:
-                        pass
+                self._know(func, None)
                 return None
             name = self.table.name_for_unlisted(func)
             listed = True
         else:
             listed = self.table.listed.get(func, True)
         prefix, api = name
-        if prefix == "Tensor" and api in apinames._OPERATOR_METHODS:
+        if prefix == "Tensor" and api in apinames._OPERATOR_METHODS:  # its name is the calling line's operator
             dunder = apinames.operator_name(api, sys._getframe(2), args)
             if dunder is not None:
                 if dunder not in self.tensor_dunders and not self.all_apis:
                     return None
                 api = dunder
                 listed = self.tensor_dunders.get(dunder, True)
-        return self._base(prefix, api), listed, prefix, api
+            return self._base(prefix, api), listed, prefix, api
+        info = self._base(prefix, api), listed, prefix, api
+        self._know(func, info)
+        return info
+
+    def _know(self, func, info) -> None:
+        if len(self.known) < 4096:
+            try:
+                self.known[func] = info
+            except TypeError:
+                pass
 
     def call_api(self, func, info, args, kwargs, respelled=None):
+        """One recorded call: its inputs' entries, the call (nested APIs pass through), its outputs' entries, the
+        record, its tree place and its backward hook. Spelled out in one frame: it runs for every listed call."""
         base, listed, prefix, api = info
         rec = self.rec
         s = rec.session
@@ -151,29 +165,33 @@ class ApiHooks:
         idx = s.api_counts.get(base, 0)
         fkey = names.api_key(base, idx, names.FORWARD)
         stack = tls.stack
-        keep = listed and (s.filters.keep(fkey, stack) if s.filters.active else True)
-        if not keep:
-            out = rec.call_through(func, args, kwargs, base)
-            if rec.construct and rec.level == "mix":
-                # msprobe records the tree position of filtered APIs too
-                with Quiet():
-                    try:
-                        s.ensure_open()
-                        rec.writer.send(made(Construct, (fkey, self._parent(stack))))
-                        self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
-                                                kwargs, False)
-                    except Exception as exc:
-                        rec.log(f"construct capture failed: {exc}", fkey)
-            return out
+        filters = s.filters
+        if not listed or (filters.active and not filters.keep(fkey, stack)):
+            return self._filtered(func, base, idx, fkey, prefix, api, args, kwargs, stack)
         body: Dict[str, Any] = {}
         pending: list = []
+        enc = rec.encoder
+        files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, asked once for the three stems
         t = tls
         t.busy = True  # Quiet, spelled out: four calls fewer per recorded call
         guard = _NO_TF()
         guard.__enter__()
         try:
-            ra, rk = respelled if respelled is not None else (args, kwargs)
-            self._inputs(fkey, prefix, api, ra, rk, body, pending)
+            if rec.fwd and rec.inp:
+                a, kw = respelled if respelled is not None else (args, kwargs)
+                if kw and "out" in kw:
+                    # an out= buffer (inductor's generated calls pass one) holds uninitialised memory until the call
+                    # writes it: it is the output, recorded after the call, never an input
+                    kw = {k: v for k, v in kw.items() if k != "out"}
+                if prefix in ("Distributed", "NPU"):
+                    pos = (_IGNORE.get((prefix, api)) or {}).get("input", ())
+                    if pos:
+                        a = [None if i in pos else v for i, v in enumerate(a)]
+                        kw = {k: (None if k in pos else v) for k, v in kw.items()}
+                body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
+                body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None) if kw else {}
+                if rec.extra:
+                    rec.writer.stack(fkey, 2)
         except Exception as exc:
             rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
@@ -190,7 +208,25 @@ class ApiHooks:
         guard = _NO_TF()
         guard.__enter__()
         try:
-            self._outputs(fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack)
+            if rec.fwd:
+                if rec.outp:
+                    if prefix == "Distributed":
+                        value = list(args) + list(kwargs.values())
+                        pos = (_IGNORE.get((prefix, api)) or {}).get("output", ())
+                        value = [None if i in pos else v for i, v in enumerate(value)]
+                    elif type(out) is _TENSOR:
+                        value = [out]
+                    else:
+                        value = list(out if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out])
+                    body["output"] = enc.encode(value, pending, f"{fkey}.output" if files else None)
+                s.ensure_open()
+                rec.writer.send(made(Record, (fkey, body, pending or None)))
+            if rec.construct:
+                rec.writer.send(made(Construct, (fkey, self._parent(stack))))
+            if filters.active:
+                filters.finished(fkey)
+            if rec.bwd and prefix != "Distributed":
+                self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs, True)
         except Exception as exc:
             rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
         finally:
@@ -198,52 +234,21 @@ class ApiHooks:
             t.busy = False
         return out
 
-    def _inputs(self, fkey, prefix, api, args, kwargs, body, pending):
+    def _filtered(self, func, base, idx, fkey, prefix, api, args, kwargs, stack):
+        """A call the filters (or the lists) leave out: called through, and at mix its tree place kept."""
         rec = self.rec
-        if not (rec.fwd and rec.inp):
-            return
-        enc = rec.encoder
-        files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, asked once for both stems
-        ignore = _IGNORE.get((prefix, api)) if prefix in ("Distributed", "NPU") else None
-        a = args
-        kw = kwargs
-        if kw and "out" in kw:
-            # an out= buffer (inductor's generated calls pass one) holds uninitialised memory until the call
-            # writes it: it is the output, recorded after the call, never an input
-            kw = {k: v for k, v in kw.items() if k != "out"}
-        if ignore:
-            pos = ignore.get("input", ())
-            a = [None if i in pos else v for i, v in enumerate(args)]
-            kw = {k: (None if k in pos else v) for k, v in kwargs.items()}
-        body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
-        body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None)
-        if rec.extra:
-            rec.writer.stack(fkey, 3)
-
-    def _outputs(self, fkey, base, idx, prefix, api, args, kwargs, out, body, pending, stack):
-        rec = self.rec
-        s = rec.session
-        enc = rec.encoder
-        files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, spelled out: a frame per API call
-        if rec.fwd and rec.outp:
-            if prefix == "Distributed":
-                value = list(args) + list(kwargs.values())
-                pos = (_IGNORE.get((prefix, api)) or {}).get("output", ())
-                value = [None if i in pos else v for i, v in enumerate(value)]
-            else:
-                value = out if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out]
-                if isinstance(out, tuple) and not hasattr(out, "_fields") and type(out) is not tuple:
-                    value = list(out)
-            body["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
-        if rec.fwd:
-            s.ensure_open()
-            rec.writer.send(made(Record, (fkey, body, pending or None)))
-        if rec.construct:
-            rec.writer.send(made(Construct, (fkey, self._parent(stack))))
-        if s.filters.active:
-            s.filters.finished(fkey)
-        if rec.bwd and prefix != "Distributed":
-            self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs, True)
+        out = rec.call_through(func, args, kwargs, base)
+        if rec.construct and rec.level == "mix":
+            # msprobe records the tree position of filtered APIs too
+            with Quiet():
+                try:
+                    rec.session.ensure_open()
+                    rec.writer.send(made(Construct, (fkey, self._parent(stack))))
+                    self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
+                                            kwargs, False)
+                except Exception as exc:
+                    rec.log(f"construct capture failed: {exc}", fkey)
+        return out
 
     def _parent(self, stack):
         if self.optimizer_running and self.rec.level == "mix":

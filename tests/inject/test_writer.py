@@ -618,6 +618,85 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
     assert fast[2] == slow[2] == sum(type(ev) is not Construct for ev, _, _ in events)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path, monkeypatch, seed):
+    """DumpWriter.stack's tail for a stack seen before in one C call (_jput.stack): the same journal operations (a
+    stack's definition once per journal, each call's stack frame before the next record's) and the same events handed
+    off in the same batches as stack() in Python, from three call sites, held steps and steps without a journal
+    included."""
+    import random
+    import shutil
+
+    from msprobe_inject import writer
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import DumpWriter, Open, Record
+
+    if writer._cstack is None:
+        pytest.skip("the C stack is not built here")
+    rng = random.Random(seed)
+    events = [(rng.random() < 0.6, rng.randrange(3), rng.random() < 0.2, rng.random() < 0.02) for _ in range(600)]
+    taken = []
+    real = writer._cstack
+
+    def counted(w, key, known):
+        done = real(w, key, known)
+        taken.append(done)
+        return done
+
+    def site0(w, key):
+        w.stack(key, 0)
+
+    def site1(w, key):
+        w.stack(key, 0)
+
+    def site2(w, key):
+        site0(w, key)
+
+    def run():
+        shutil.rmtree(tmp_path / "d", ignore_errors=True)
+        d = str(tmp_path / "d" / "step0" / "rank0")
+        w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
+        w._triggers_see = lambda ev, t: ev.key.endswith("0.forward")
+        w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+        queue, batches = w._q, []
+        w._q = type("Q", (), {"put": staticmethod(batches.append)})()
+        ops = []
+        for part in range(2):  # a step with a journal, then the same calls with none (a dump not yet open)
+            if part == 1:
+                with open(w._jf.path, "rb") as fh:
+                    ops = list(journal._ops(fh.read()))
+                w._end_journal()
+            for i, (is_stack, site, held, push) in enumerate(events):
+                w._held = held and part == 0
+                key = f"Torch.relu.{i}.forward"
+                if is_stack:
+                    (site0, site1, site2)[site](w, key)
+                else:
+                    w.send(Record(key, {"output": [i]}, None), push)
+        batches.append(list(w._buf))
+        w._held, w._q, w._buf = False, queue, []
+        w.close()
+        ids: dict = {}  # stack ids are never reused in a process: numbered by first appearance
+        ops = [(op[0], ids.setdefault(op[1], len(ids)), op[2]) if op[0] == "stackdef" else
+               (op[0], op[1], ids.setdefault(op[2], len(ids))) if op[0] == "stack" else op for op in ops]
+        handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
+        return ops, handed
+
+    got = []
+    for way in (counted, None):  # from one line: the stacks' text holds it
+        monkeypatch.setattr(writer, "_cstack", way)
+        got.append(run())
+    fast, slow = got
+    assert taken == [True] * sum(e[0] for e in events) * 2  # a first sight too, once the Python has formatted it
+    assert [op[0] for op in fast[0]].count("stackdef") == 3
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[0], slow[0])) if repr(a) != repr(b)]
+    assert not differ and len(fast[0]) == len(slow[0]) > len(events) // 2, differ[:1]
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[1], slow[1])) if a != b]
+    assert not differ and len(fast[1]) == len(slow[1]), differ[:1]
+    stacks = sum(ev[0] == "Stack" for b in fast[1] for ev in b)
+    assert 0 < stacks < sum(e[0] for e in events) * 2  # a held step's stacks stay out
+
+
 def test_a_collection_inside_the_c_send_finds_the_waiting_frames_as_the_python_send_leaves_them(tmp_path):
     """The C send takes the frames waiting in the writer's list before it journals a record; a collection started by an
     allocation inside it (on Python 3.9-3.11 at once, here forced by the lowest thresholds) runs Python code, which may

@@ -130,14 +130,19 @@ for step in range(2):
         y.sum().backward()
     debugger.stop(); debugger.step()
 mode = PrecisionDebugger._rt().fw.apis.mode
-names = sorted(getattr(f, "__qualname__", None) or repr(f) for f in mode.never)
+never = [f for f, info in mode.known.items() if info is None]
+names = sorted(getattr(f, "__qualname__", None) or repr(f) for f in never)
 print("NEVER", json.dumps(names))
-print("LISTED", any(mode.hooks.table.lookup(f) is not None for f in mode.never))
+print("LISTED", any(mode.hooks.table.lookup(f) is not None for f in never))
+print("KNOWN", json.dumps(sorted(info[0] for info in mode.known.values() if info is not None)))
 """
     out = run_py(code, str(tmp_path)).stdout
     never = json.loads(next(line for line in out.splitlines() if line.startswith("NEVER "))[6:])
     assert "_VariableFunctionsClass.is_complex" in never, never
     assert "LISTED False" in out
+    # an API's name is kept, but not an operator's: the calling line says which it is (x.add or +)
+    known = json.loads(next(line for line in out.splitlines() if line.startswith("KNOWN "))[6:])
+    assert "Torch.relu." in known and not any(k.startswith(("Tensor.add", "Tensor.__")) for k in known), known
     for step in (0, 1):
         d = load_dump(str(tmp_path / "d"), step=step)["data"]
         for key in ("Torch.relu.2.forward", "Tensor.__mul__.2.forward", "Tensor.add.2.forward",
