@@ -216,6 +216,9 @@ class _OpenStep:
 class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
+    # what the journal's C calls read and set for every record (journal._slots_setup below); the rest in __dict__
+    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "__dict__", "__weakref__")
+
     def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
                  keep_journal: bool = False, flight: Optional[Flight] = None,
@@ -1011,3 +1014,6 @@ def _rank_of(directory: str) -> Optional[int]:
 
 
 _FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+
+if journal._slots_setup is not None:  # the C send's and stack's reads of the writer, at its slots
+    journal._slots_setup(DumpWriter, ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent"))

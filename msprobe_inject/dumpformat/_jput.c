@@ -15,12 +15,61 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <marshal.h>
 #include <string.h>
 #include <stdint.h>
 
 static PyObject *s_mm, *s_pos, *s_busy, *V_one;
 #define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
+
+/* ---- the writer's and the journal's attributes read where their slots are ----
+ * Each C call reads and sets about a dozen attributes of the writer and its journal (a type lookup and a dict or
+ * descriptor call each, ~200 instructions); where slots_setup found an attribute to be a slot of the object's exact
+ * type, it is read and set at its offset. Any other object, or an empty slot, goes through the attribute protocol. */
+#define SLOTS_MAX 16
+static struct {
+    PyTypeObject *type;
+    PyObject *name;  /* interned */
+    Py_ssize_t offset;
+} slots[SLOTS_MAX];
+static int nslots;
+
+static Py_ssize_t
+slot_at(PyObject *o, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    for (int i = 0; i < nslots; i++)
+        if (slots[i].name == name && slots[i].type == tp)
+            return slots[i].offset;
+    return -1;
+}
+
+/* a new reference to o.name, or NULL with the attribute protocol's error */
+static PyObject *
+attr_get(PyObject *o, PyObject *name)
+{
+    Py_ssize_t off = slot_at(o, name);
+    if (off >= 0) {
+        PyObject *v = *(PyObject **)((char *)o + off);
+        if (v != NULL)
+            return NEW_REF(v);
+    }
+    return PyObject_GetAttr(o, name);
+}
+
+static int
+attr_set(PyObject *o, PyObject *name, PyObject *v)
+{
+    Py_ssize_t off = slot_at(o, name);
+    if (off < 0)
+        return PyObject_SetAttr(o, name, v);
+    PyObject **at = (PyObject **)((char *)o + off);
+    PyObject *old = *at;
+    *at = NEW_REF(v);
+    Py_XDECREF(old);  /* last: its finaliser may run code that reads the slot */
+    return 0;
+}
 
 static void
 put_len(char *dst, uint32_t n)
@@ -218,7 +267,7 @@ put_frames(PyObject *jf, PyObject *const *pre, Py_ssize_t npre, PyObject *op)
     PyObject *m = NULL;  /* op in marshal's own format, where w_obj left it to marshal */
     int result = 0;
 again:;
-    PyObject *busy = PyObject_GetAttr(jf, s_busy);
+    PyObject *busy = attr_get(jf, s_busy);
     if (busy == NULL) {
         result = -1;
         goto out;
@@ -227,7 +276,7 @@ again:;
     Py_DECREF(busy);
     if (is_busy != 0)
         goto out;  /* the Python path holds the journal (growing it): it decides */
-    PyObject *mm = PyObject_GetAttr(jf, s_mm);
+    PyObject *mm = attr_get(jf, s_mm);
     if (mm == NULL) {
         result = -1;
         goto out;
@@ -238,7 +287,7 @@ again:;
         goto out;  /* closed, or failed */
     }
     Py_DECREF(mm);
-    PyObject *pos_o = PyObject_GetAttr(jf, s_pos);
+    PyObject *pos_o = attr_get(jf, s_pos);
     Py_ssize_t pos = pos_o ? PyLong_AsSsize_t(pos_o) : -1;
     Py_XDECREF(pos_o);
     Py_ssize_t nm = m != NULL ? PyBytes_GET_SIZE(m) : 0;
@@ -311,7 +360,7 @@ again:;
     memcpy(dst, first, 4);
     PyBuffer_Release(&view);
     /* an int attribute's store: fails only out of memory, the frames written (a crash then replays them) */
-    result = PyObject_SetAttr(jf, s_pos, end_o) < 0 ? -1 : 1;
+    result = attr_set(jf, s_pos, end_o) < 0 ? -1 : 1;
     Py_DECREF(end_o);
 out:
     Py_XDECREF(m);
@@ -412,7 +461,7 @@ jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static int
 hand_off(PyObject *w, PyObject *ev, PyObject *push)
 {
-    PyObject *buf = PyObject_GetAttr(w, s_buf);
+    PyObject *buf = attr_get(w, s_buf);
     if (buf == NULL)
         return -1;
     int rc = -1;
@@ -429,11 +478,11 @@ hand_off(PyObject *w, PyObject *ev, PyObject *push)
         PyObject *fresh = PyList_New(0);
         if (fresh == NULL)
             goto out;
-        int set = PyObject_SetAttr(w, s_buf, fresh);
+        int set = attr_set(w, s_buf, fresh);
         Py_DECREF(fresh);
         if (set < 0)
             goto out;
-        PyObject *q = PyObject_GetAttr(w, s_q);
+        PyObject *q = attr_get(w, s_q);
         if (q == NULL)
             goto out;
         PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
@@ -463,7 +512,7 @@ drop_items(PyObject **items, PyObject **local, Py_ssize_t n)
 static int
 held_step(PyObject *w)
 {
-    PyObject *held = PyObject_GetAttr(w, s_held);
+    PyObject *held = attr_get(w, s_held);
     if (held == NULL)
         return -1;
     int is_held = PyObject_IsTrue(held);
@@ -492,10 +541,10 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *local[16], **items = NULL;
     Py_ssize_t npre = 0;
     int rc, swapped = 0;
-    jf = PyObject_GetAttr(w, s_jf);
+    jf = attr_get(w, s_jf);
     if (jf == NULL || jf == Py_None)
         goto decline;
-    jbuf = PyObject_GetAttr(w, s_jbuf);
+    jbuf = attr_get(w, s_jbuf);
     if (jbuf == NULL || !PyList_CheckExact(jbuf))
         goto decline;
     if (is_construct) {  /* goes with the next record: that of this module's call or of one inside it */
@@ -533,8 +582,8 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (fresh == NULL)
             goto decline;
         Py_DECREF(jbuf);
-        jbuf = PyObject_GetAttr(w, s_jbuf);  /* again: the allocation may have run Python code */
-        if (jbuf == NULL || !PyList_CheckExact(jbuf) || PyObject_SetAttr(w, s_jbuf, fresh) < 0) {
+        jbuf = attr_get(w, s_jbuf);  /* again: the allocation may have run Python code */
+        if (jbuf == NULL || !PyList_CheckExact(jbuf) || attr_set(w, s_jbuf, fresh) < 0) {
             Py_DECREF(fresh);
             goto decline;
         }
@@ -553,14 +602,14 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (rc <= 0)
         goto put_back;
     /* journaled: from here on the record is sent, and an error is the caller's */
-    PyObject *sent = PyObject_GetAttr(w, s_sent);
+    PyObject *sent = attr_get(w, s_sent);
     if (sent == NULL)
         goto done;
     PyObject *more = PyNumber_Add(sent, V_one);
     Py_DECREF(sent);
     if (more == NULL)
         goto done;
-    rc = PyObject_SetAttr(w, s_sent, more);
+    rc = attr_set(w, s_sent, more);
     Py_DECREF(more);
     if (rc < 0)
         goto done;
@@ -598,11 +647,11 @@ put_back:  /* declined after the swap: the taken frames go back in front of the 
     items = NULL;
     PyErr_Clear();
     if (swapped) {
-        PyObject *now = PyObject_GetAttr(w, s_jbuf);
+        PyObject *now = attr_get(w, s_jbuf);
         if (now == NULL || !PyList_CheckExact(now) || PyList_SetSlice(now, 0, 0, jbuf) < 0) {
             Py_XDECREF(now);
             PyErr_Clear();
-            if (PyObject_SetAttr(w, s_jbuf, jbuf) < 0)  /* the taken frames alone rather than none */
+            if (attr_set(w, s_jbuf, jbuf) < 0)  /* the taken frames alone rather than none */
                 PyErr_Clear();
         } else {
             Py_DECREF(now);
@@ -633,11 +682,11 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (T_stack == NULL || !PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) < 2)
         Py_RETURN_FALSE;
     PyObject *sid = PyTuple_GET_ITEM(known, 0), *text = PyTuple_GET_ITEM(known, 1);
-    PyObject *jf = PyObject_GetAttr(w, s_jf);
+    PyObject *jf = attr_get(w, s_jf);
     if (jf == NULL)
         return NULL;
     if (jf != Py_None) {
-        PyObject *stacks = PyObject_GetAttr(jf, s_stacks), *jbuf = PyObject_GetAttr(w, s_jbuf);
+        PyObject *stacks = attr_get(jf, s_stacks), *jbuf = attr_get(w, s_jbuf);
         PyObject *op = NULL, *def = NULL, *use = NULL;
         int has = -1, rc = -1;
         Py_DECREF(jf);
@@ -685,6 +734,57 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* slots_setup(type, names): the names among those that are slots of type (its own member descriptors of object
+ * references), read and set at their offsets from then on for objects of exactly that type; the count found */
+static PyObject *
+jslots_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "slots_setup(type, names)");
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)args[0];
+    long found = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); i++) {
+        PyObject *name = PyTuple_GET_ITEM(args[1], i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "slots_setup: names are str");
+            return NULL;
+        }
+        PyObject *d = PyObject_GetAttr((PyObject *)tp, name);
+        if (d == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        int ok = Py_TYPE(d) == &PyMemberDescr_Type && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+                 && ((PyMemberDescrObject *)d)->d_member->flags == 0;
+        Py_ssize_t off = ok ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
+        Py_DECREF(d);
+        if (!ok)
+            continue;
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        int j = 0;
+        while (j < nslots && !(slots[j].type == tp && slots[j].name == name))
+            j++;
+        if (j == nslots) {
+            if (nslots == SLOTS_MAX) {
+                Py_DECREF(name);
+                break;
+            }
+            Py_INCREF(tp);
+            slots[nslots].type = tp;
+            slots[nslots].name = name;
+            nslots++;
+        } else {
+            Py_DECREF(name);
+        }
+        slots[j].offset = off;
+        found++;
+    }
+    return PyLong_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
@@ -694,6 +794,8 @@ static PyMethodDef methods[] = {
     {"send_setup", (PyCFunction)(void (*)(void))jsend_setup, METH_FASTCALL,
      "send_setup(Record, Merge, Construct, untrack, batch[, Stack]): the writer's event types, untrack and batch size "
      "for send and stack."},
+    {"slots_setup", (PyCFunction)(void (*)(void))jslots_setup, METH_FASTCALL,
+     "slots_setup(type, names) -> int: which of the names the C calls read at their slot's offset in type's objects."},
     {"stack", (PyCFunction)(void (*)(void))jstack, METH_FASTCALL,
      "stack(writer, key, known) -> bool: DumpWriter.stack's tail for a known stack (see the comment above jstack)."},
     {NULL, NULL, 0, NULL},

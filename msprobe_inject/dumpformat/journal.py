@@ -46,6 +46,7 @@ _cframe = getattr(_jput, "frame", None)
 _send = getattr(_jput, "send", None)
 _send_setup = getattr(_jput, "send_setup", None)
 _stack = getattr(_jput, "stack", None)  # a writer's stack tail for a known stack, the same way
+_slots_setup = getattr(_jput, "slots_setup", None)  # which attributes those calls read at their slots' offsets
 
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only
 _LEN = struct.Struct("<I")
@@ -267,6 +268,10 @@ class JournalFile:
 
 
 # ---- reading ----
+if _slots_setup is not None:  # put_frames' reads of a journal's state, at its slots
+    _slots_setup(JournalFile, ("busy", "mm", "pos", "stacks"))
+
+
 def _is_v2(data: bytes) -> bool:
     return data[:1] == b"{"
 

@@ -225,3 +225,54 @@ def test_the_c_frame_reads_back_as_the_python_frame():
     for bad in (("stack", object(), 1), ("construct", "k", Num(1.0))):
         with pytest.raises(ValueError):
             journal.frame(bad)
+
+
+def test_the_c_calls_read_a_slot_at_its_offset_and_anything_else_as_an_attribute(tmp_path):
+    """slots_setup: of the names given, those that are slots of the type (member descriptors of object references)
+    are read and set by the C calls at their offset, for objects of exactly that type; a subclass's object, an empty
+    slot or an attribute in __dict__ go through the attribute protocol. Seen through put(), which reads the
+    journal's busy, mm and pos and sets pos."""
+    import pytest
+
+    from msprobe_inject.dumpformat import _jput, journal
+
+    if getattr(_jput, "slots_setup", None) is None:
+        pytest.skip("the C append is not built here")
+
+    class Plain:
+        __slots__ = ("a", "b", "__dict__")
+
+        c = property(lambda self: 1)
+
+    assert _jput.slots_setup(Plain, ("a", "b", "c", "d", "__dict__")) == 2
+    assert _jput.slots_setup(journal.JournalFile, ("busy", "mm", "pos", "stacks")) == 4
+
+    class Traced(journal.JournalFile):  # not the exact type: its reads go through its own attributes
+        __slots__ = ()
+        reads: list = []
+        on = False
+
+        def __getattribute__(self, name):
+            if Traced.on:
+                Traced.reads.append(name)
+            return super().__getattribute__(name)
+
+    header = {"task": "statistics", "dump_data_dir": None}
+    for cls in (journal.JournalFile, Traced):
+        jf = cls(str(tmp_path / f"{cls.__name__}.journal"), header, "dump")
+        start = jf.pos
+        Traced.on = True
+        appended = _jput.put(jf, b"", ("set", "k", {"Max": 1.5}))
+        Traced.on = False
+        assert appended is True and jf.pos > start
+        jf.busy = True  # the Python path holds the journal: the C declines, whichever way it reads
+        Traced.on = True
+        appended = _jput.put(jf, b"", ("set", "k2", 1))
+        Traced.on = False
+        assert appended is False
+        jf.busy = False
+        jf.close()
+        with open(jf.path, "rb") as fh:
+            ops = list(journal._ops(fh.read()))
+        assert ops[1:] == [("set", "k", {"Max": 1.5})], ops
+    assert Traced.reads == ["busy", "mm", "pos", "busy"], Traced.reads  # the subclass's: attributes; the base's: slots
