@@ -1279,9 +1279,8 @@ template_for(PyObject **kv, int pairs)
         }
         if (tmpl[j].pairs != pairs)
             continue;
-        int i = 0;
-        while (i < pairs && tmpl[j].keys[i] == kv[2 * i]
-               && (tmpl[j].fixed[i] == NULL ? !fixed_value(kv[2 * i + 1]) : tmpl[j].fixed[i] == kv[2 * i + 1]))
+        int i = 0;  /* a pair the template does not fix is set on the copy whatever its value */
+        while (i < pairs && tmpl[j].keys[i] == kv[2 * i] && (tmpl[j].fixed[i] == NULL || tmpl[j].fixed[i] == kv[2 * i + 1]))
             i++;
         if (i == pairs)
             return j;
