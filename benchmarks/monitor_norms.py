@@ -35,6 +35,7 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
 
     def set_way(way: str) -> None:
         enc.norm_only, enc._entry_mode = modes[way]
+        enc.bind()
 
     model, opt, ids = gpt2()
     got = alternate(("full", "norms"), set_way, lambda: train_step(model, opt, ids, debugger),

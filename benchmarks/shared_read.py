@@ -29,6 +29,7 @@ def run(name: str, steps: int, warmup: int, tmp: str) -> dict:
     # large tensors by the Python encoder, whose read is stat_of's alone: the C entries call makes the same read
     # (f32_mean's), but times it together with the rest of the entry
     debugger.runtime.encoder._large = False
+    debugger.runtime.encoder.bind()
     if not (encode.use_torch_mean() and encode._share_reads()):
         raise SystemExit("reads are not shared here (no kernel, or torch's threads are not an OpenMP team)")
     slots = {"hooks": [0.0], "statistics": [0.0]}

@@ -1651,17 +1651,20 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
 }
 
 /* entries' ctx form: torch's thread count asked only of a tensor whose statistics depend on it (from the grain on,
- * or above max elements), through the function the ctx gives (a call per encoded value otherwise, for a figure
- * the tiny tensors of most calls never read); -1 where it fails, and the tensor is encode.py's */
+ * or above max elements: tensor_entry), through the function the ctx gives (a call per encoded value otherwise, for
+ * a figure the tiny tensors of most calls never read); -1 where it fails, and the tensor is encode.py's */
 #define THREADS_ASK (TS_MAXTHREADS + 1)
 static PyObject *threads_fn;
 
 static int
-threads_now(Py_ssize_t n)
+threads_now(void)
 {
-    if (n < TS_GRAIN && n <= E.max_numel)
-        return 1; /* not read: below the grain and in one block */
-    PyObject *r = threads_fn != NULL ? PyObject_CallNoArgs(threads_fn) : NULL;
+    PyObject *fn = threads_fn;
+    if (fn == NULL)
+        return -1;
+    Py_INCREF(fn); /* a call that sets another function frees none it is running */
+    PyObject *r = PyObject_CallNoArgs(fn);
+    Py_DECREF(fn);
     long v = r != NULL ? PyLong_AsLong(r) : -1;
     Py_XDECREF(r);
     if (v < 1 || v > TS_MAXTHREADS) {
@@ -1685,11 +1688,21 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
     if (!got)
         return NOT_MINE;
-    if (threads == THREADS_ASK && (threads = threads_now(n)) < 1) {
-        Py_DECREF(ptr);
-        Py_DECREF(size);
-        Py_DECREF(rg);
-        return NOT_MINE;
+    if (threads == THREADS_ASK) {
+        if (n < TS_GRAIN && n <= E.max_numel) {
+            threads = 1; /* not read: below the grain and in one block */
+        } else { /* the function may run Python code: the tensor's figures are read again after it */
+            Py_DECREF(ptr);
+            Py_DECREF(size);
+            Py_DECREF(rg);
+            if ((threads = threads_now()) < 1)
+                return NOT_MINE;
+            got = T_meta != NULL ? cxx_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg) : -1;
+            if (got < 0)
+                got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
+            if (!got)
+                return NOT_MINE;
+        }
     }
     if (got == 2) {
         PyObject *d = constant_entry(p, n, size, rg, mode, threads);

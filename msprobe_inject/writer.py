@@ -135,8 +135,8 @@ _IN_RUNS = (Record, Merge, Stack, Construct)  # what DumpWriter._events_run take
 # journal's C append is not built
 _csend = journal._send
 _cstack = journal._stack
-if _csend is not None:
-    journal._send_setup(Record, Merge, Construct, untrack, _BATCH, Stack)
+if _csend is not None:  # Stack for the stack tail; a build before it takes the first five alone
+    journal._send_setup(Record, Merge, Construct, untrack, _BATCH, *((Stack,) if _cstack is not None else ()))
 _next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 

@@ -27,7 +27,7 @@ static PyObject *s_mm, *s_pos, *s_busy, *V_one;
  * Each C call reads and sets about a dozen attributes of the writer and its journal (a type lookup and a dict or
  * descriptor call each, ~200 instructions); where slots_setup found an attribute to be a slot of the object's exact
  * type, it is read and set at its offset. Any other object, or an empty slot, goes through the attribute protocol. */
-#define SLOTS_MAX 16
+#define SLOTS_MAX 64
 static struct {
     PyTypeObject *type;
     PyObject *name;  /* interned */
@@ -756,7 +756,9 @@ jslots_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Clear();
             continue;
         }
-        int ok = Py_TYPE(d) == &PyMemberDescr_Type && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+        /* the type's own layout's (a descriptor of another class found on it would point outside its objects) */
+        int ok = Py_TYPE(d) == &PyMemberDescr_Type && PyType_IsSubtype(tp, PyDescr_TYPE(d))
+                 && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
                  && ((PyMemberDescrObject *)d)->d_member->flags == 0;
         Py_ssize_t off = ok ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
         Py_DECREF(d);

@@ -171,12 +171,13 @@ class ApiHooks:
         body: Dict[str, Any] = {}
         pending: list = []
         enc = rec.encoder
-        files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, asked once for the three stems
+        files = False
         t = tls
         t.busy = True  # Quiet, spelled out: four calls fewer per recorded call
         guard = _NO_TF()
         guard.__enter__()
         try:
+            files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, asked once for the three stems
             if rec.fwd and rec.inp:
                 a, kw = respelled if respelled is not None else (args, kwargs)
                 if kw and "out" in kw:

@@ -614,7 +614,8 @@ def use_fast_entries() -> bool:
             try:
                 _fast_entries_setup(_TENSOR, _PARAM, _F32, _STRIDED, _tmean_lanes, _CHEAP_UPTO)
                 _fast_cache_setup(READY, _STORAGE_REFS, _CONSTANTS)
-                _entries_on = True
+                # the form Encoder.bind's tuple goes in (a build before it raises TypeError: the Python encoder)
+                _entries_on = _fast_entries((None, 0, 0, None), [], []) == []
             except Exception:  # the Python encoder alone
                 pass
             if _entries_on:

@@ -536,6 +536,17 @@ def test_a_nan_taken_in_a_run_is_the_step_summarys_first(tmp_path, where):
     assert got["first_nan"]["record"] == bad.key, got
 
 
+def _counting(real, taken: list):
+    """real (a C call that answers whether it did the work), its answers kept in taken."""
+
+    def counted(*args):
+        done = real(*args)
+        taken.append(done)
+        return done
+
+    return counted
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, monkeypatch, seed):
     """DumpWriter.send's common case in one C call (_jput.send): the same journal operations, the same events handed to
@@ -578,13 +589,8 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
             ev = Record(key, body, None)
         events.append((ev, rng.random() < 0.02, rng.random() < 0.2))
 
-    taken = []
-    real = writer._csend
-
-    def counted(w, ev, push):
-        done = real(w, ev, push)
-        taken.append(done)
-        return done
+    taken: list = []
+    counted = _counting(writer._csend, taken)
 
     def run(name):  # both in one directory: the journal's header names it
         shutil.rmtree(tmp_path / "d", ignore_errors=True)
@@ -635,13 +641,8 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
         pytest.skip("the C stack is not built here")
     rng = random.Random(seed)
     events = [(rng.random() < 0.6, rng.randrange(3), rng.random() < 0.2, rng.random() < 0.02) for _ in range(600)]
-    taken = []
-    real = writer._cstack
-
-    def counted(w, key, known):
-        done = real(w, key, known)
-        taken.append(done)
-        return done
+    taken: list = []
+    counted = _counting(writer._cstack, taken)
 
     def site0(w, key):
         w.stack(key, 0)

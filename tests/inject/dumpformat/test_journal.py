@@ -276,3 +276,27 @@ def test_the_c_calls_read_a_slot_at_its_offset_and_anything_else_as_an_attribute
             ops = list(journal._ops(fh.read()))
         assert ops[1:] == [("set", "k", {"Max": 1.5})], ops
     assert Traced.reads == ["busy", "mm", "pos", "busy"], Traced.reads  # the subclass's: attributes; the base's: slots
+
+    class Watched:  # a journal-like type of its own, registered: read at the offsets, never through __getattribute__
+        __slots__ = ("busy", "mm", "pos", "stacks")
+        reads: list = []
+
+        def __getattribute__(self, name):
+            Watched.reads.append(name)
+            return object.__getattribute__(self, name)
+
+    class Unregistered(Watched):
+        __slots__ = ()
+
+    assert _jput.slots_setup(Watched, ("busy", "mm", "pos", "stacks")) == 4
+    assert _jput.slots_setup(Unregistered, ("busy",)) == 1  # the base's descriptor serves the subclass's layout
+    import mmap
+
+    for cls, want in ((Watched, []), (Unregistered, ["mm", "pos"])):
+        w = object.__new__(cls)
+        object.__setattr__(w, "busy", False)
+        object.__setattr__(w, "mm", mmap.mmap(-1, 4096))
+        object.__setattr__(w, "pos", 0)
+        Watched.reads.clear()
+        assert _jput.put(w, b"", ("set", "k", 1.5)) is True and object.__getattribute__(w, "pos") > 4
+        assert Watched.reads == want, (cls.__name__, Watched.reads)
