@@ -142,34 +142,49 @@ _code_cache: Dict[Tuple[Any, int], Optional[Tuple[str, tuple, bool]]] = {}
 
 def operator_name(method: str, frame, args) -> Optional[str]:
     """The dunder msprobe would record for a TensorBase method reached through a Python operator, else None."""
+    return operator_site(method, frame, args)[0]
+
+
+def operator_site(method: str, frame, args) -> Tuple[Optional[str], bool]:
+    """operator_name's answer, and whether it holds for every call of this calling instruction whose second argument
+    is a tensor or not as this one's is (False: the left operand's value was looked at)."""
     if method not in _OPERATOR_METHODS or frame is None:
-        return None
+        return None, True
     code = frame.f_code
     if code.co_name == "wrapped" and code.co_filename.endswith(_TENSOR_PY):
         frame = frame.f_back  # torch/_tensor.py wraps __pow__, __ipow__, ...
         if frame is None:
-            return None
+            return None, False
         code = frame.f_code
     key = (code, frame.f_lasti)
     info = _code_cache.get(key, False)
     if info is False:
         info = _code_cache[key] = _analyse(code, frame.f_lasti)
     if info is None:
-        return None
+        return None, True
     kind, left, right_const = info
     if kind in ("unary",):
-        return _UNARY.get(method)
+        return _UNARY.get(method), True
     if kind in _COMPARE_SYMS:
-        return _COMPARE.get(method)
+        return _COMPARE.get(method), True
     table = _BINARY.get(method)
     if table is None or kind not in table:
-        return None
+        return None, True
     dunder = table[kind]
     rev = _REVERSIBLE.get(method)
     if rev and kind in ("+", "*") and len(args) > 1 and not isinstance(args[1], torch.Tensor) and not right_const:
-        if _left_is_scalar(left, frame, args):
-            return rev
-    return dunder
+        # a constant left operand (2 * x) or none found is the same at every call; a name's value is looked at
+        static = not left or (len(left) == 1 and left[0][0] == "LOAD_CONST")
+        return (rev if _left_is_scalar(left, frame, args) else dunder), static
+    return dunder, True
+
+
+def calling_site(frame) -> Any:
+    """The frame whose instruction an operator's name is read from: the caller's, past torch/_tensor.py's wrapper."""
+    code = frame.f_code
+    if code.co_name == "wrapped" and code.co_filename.endswith(_TENSOR_PY):
+        return frame.f_back
+    return frame
 
 
 _COMPARE_SYMS = frozenset(("==", "!=", "<", "<=", ">", ">="))

@@ -95,6 +95,8 @@ class ApiHooks:
                                for n in lists["tensor"] if n.startswith("__")}
         self._bases: Dict[tuple, str] = {}
         self.known: Dict[Any, Any] = {}  # DumpMode.known: what resolve() found a callable to be, whatever the call
+        self._operators: Dict[Any, tuple] = {}  # an operator's method: (prefix, api, listed)
+        self._sites: Dict[tuple, tuple] = {}  # (method, code id, instruction, 2nd argument a tensor): (info, code)
         self.mode = DumpMode(self)
         self.mode_pushed = False
         self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
@@ -122,6 +124,23 @@ class ApiHooks:
         """(base name, listed, prefix, api) for a torch callable, or None when it is not an API msprobe wraps;
         kept in ``known`` where it holds for every call of the callable (bounded whatever the callables' identities
         turn out to be)."""
+        try:
+            op = self._operators.get(func)
+        except TypeError:
+            op = None
+        if op is not None:  # an operator's method: its name is the calling instruction's, kept per site
+            frame = sys._getframe(2)
+            if frame.f_code.co_name == "wrapped":
+                frame = apinames.calling_site(frame)
+            if frame is not None:
+                # the code object's id, not the object (its hash reads its constants): the entry holds the object,
+                # so the id is not reused while the entry lives
+                site = (func, id(frame.f_code), frame.f_lasti, len(args) > 1 and isinstance(args[1], _TENSOR))
+                got = self._sites.get(site)
+                if got is not None:
+                    return got[0]
+                return self._operator(func, op, frame, args)
+            return self._operator(func, op, None, args)
         try:  # ApiTable.lookup, spelled out
             name = self.table.names.get(func)
         except TypeError:
@@ -135,16 +154,29 @@ class ApiHooks:
         else:
             listed = self.table.listed.get(func, True)
         prefix, api = name
-        if prefix == "Tensor" and api in apinames._OPERATOR_METHODS:  # its name is the calling line's operator
-            dunder = apinames.operator_name(api, sys._getframe(2), args)
-            if dunder is not None:
-                if dunder not in self.tensor_dunders and not self.all_apis:
-                    return None
-                api = dunder
-                listed = self.tensor_dunders.get(dunder, True)
-            return self._base(prefix, api), listed, prefix, api
+        if prefix == "Tensor" and api in apinames._OPERATOR_METHODS:
+            op = (prefix, api, listed)
+            if len(self._operators) < 4096:
+                self._operators[func] = op
+            return self._operator(func, op, apinames.calling_site(sys._getframe(2)), args)
         info = self._base(prefix, api), listed, prefix, api
         self._know(func, info)
+        return info
+
+    def _operator(self, func, op, frame, args):
+        """An operator method's record name at this calling instruction (its dunder), kept for the site where the
+        arguments do not change it."""
+        prefix, api, listed = op
+        dunder, static = apinames.operator_site(api, frame, args)
+        if dunder is None:
+            info = self._base(prefix, api), listed, prefix, api
+        elif dunder not in self.tensor_dunders and not self.all_apis:
+            info = None
+        else:
+            info = self._base(prefix, dunder), self.tensor_dunders.get(dunder, True), prefix, dunder
+        if static and frame is not None and len(self._sites) < 4096:
+            site = (func, id(frame.f_code), frame.f_lasti, len(args) > 1 and isinstance(args[1], _TENSOR))
+            self._sites[site] = (info, frame.f_code)
         return info
 
     def _know(self, func, info) -> None:

@@ -66,8 +66,9 @@ apinames._left_is_scalar = lambda *a: looked.append(1) or real(*a)
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 debugger.start()
 a = torch.randn(3); b = torch.randn(3)
+h = 0.5
 for _ in range(3):
-    r = torch.relu(a) * 0.5; s = 0.5 * torch.relu(b); t = torch.relu(a) + 1
+    r = torch.relu(a) * 0.5; s = 0.5 * torch.relu(b); t = torch.relu(a) + 1; g = h * torch.relu(b)
 debugger.stop(); debugger.step()
 print("LOOKED", len(looked))
 looked.clear()
@@ -80,8 +81,11 @@ print("LOOKED", len(looked))
 """
     out = run_py(code, str(tmp_path)).stdout
     keys = [k for k in load_dump(str(tmp_path / "d"))["data"] if k.startswith("Tensor.")]
-    assert keys == [f"Tensor.{op}.{i}.forward" for i in range(3) for op in ("__mul__", "__rmul__", "__add__")], keys
-    assert "LOOKED 3\n" in out  # the reflected site's left operand, at each call; the constant sites' never
+    assert keys == [f"Tensor.{op}.forward" for i in range(3)
+                    for op in (f"__mul__.{i}", f"__rmul__.{2 * i}", f"__add__.{i}", f"__rmul__.{2 * i + 1}")], keys
+    # the constant right operands' sites never look left; the constant left operand (0.5 * x) is looked at once, its
+    # answer kept for the site; the name's (h * x), at every call
+    assert "LOOKED 4\n" in out, out
     # k * relu(a) reached the method (k * 0.5 is no tensor's): its left operand was looked at, not taken as known
     assert out.endswith("LOOKED 1\n"), out
 
@@ -149,3 +153,26 @@ print("KNOWN", json.dumps(sorted(info[0] for info in mode.known.values() if info
                     "Tensor.__add__.2.forward", "Torch.relu.2.backward"):
             assert key in d, (step, key, sorted(d))
         assert not any("is_complex" in k for k in d)
+
+
+def test_an_operators_name_kept_for_its_calling_instruction_is_the_one_each_call_would_get(tmp_path):
+    """An operator's record name is kept per calling instruction and per second argument (a tensor or not): the
+    same instruction reached with the operands swapped (``p * q`` with p a number: the method gets them in the
+    other order) is named again, a constant left operand once, and ``**`` and its reflection each by its own
+    instruction."""
+    code = PREAMBLE + """
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+debugger.start()
+t = torch.randn(3)
+def f(p, q): return p * q
+def c(q): return 2.0 * q
+def p(q): return q ** 2
+def r(q): return 2 ** q
+for _ in range(2):
+    f(t, t); f(2.0, t); f(t, 2.0); c(t); p(t); r(t)
+debugger.stop(); debugger.step()
+"""
+    run_py(code, str(tmp_path))
+    keys = [k.rsplit(".", 2)[0] for k in load_dump(str(tmp_path / "d"))["data"] if k.endswith(".forward")]
+    assert keys == ["Tensor.__mul__", "Tensor.__rmul__", "Tensor.__mul__", "Tensor.__rmul__", "Tensor.__pow__",
+                    "Tensor.__rpow__"] * 2, keys
