@@ -587,14 +587,24 @@ ts_finish(ts_rows_t *st, float *out)
 typedef struct {
     const float *x;
     int64_t n;
-    int lanes, vec;
+    int lanes, vec, few;
     ts_rows_t rows;
 } ts_run_t;
 
+/* few: fewer elements than one row of four (a tiny tensor's every sum): no row is fed, so ts_finish's levels and
+ * rows are zeros and its sum is the elements added in order onto 0.0f. Adding +0.0f to a sum started at +0.0f
+ * changes no bit (the sum is never -0.0f, a NaN stays itself), so the same floats come out without the
+ * accumulators' kilobyte set to zero and added up. */
 static void
 ts_run_init(ts_run_t *r, const float *x, int64_t n, int lanes)
 {
     r->x = x, r->n = n, r->lanes = lanes, r->vec = n >= lanes;
+    const int64_t size = r->vec ? n / lanes : n;
+    r->few = size < TS_ROWS;
+    if (r->few) {
+        r->rows.x = x, r->rows.size = size, r->rows.L = r->vec ? lanes : 1;
+        return;
+    }
     if (r->vec)
         ts_init(&r->rows, x, n / lanes, lanes);
     else
@@ -604,14 +614,23 @@ ts_run_init(ts_run_t *r, const float *x, int64_t n, int lanes)
 static void
 ts_run_feed(ts_run_t *r, int64_t upto)
 {
-    ts_feed(&r->rows, r->vec ? upto / r->lanes : upto);
+    if (!r->few)
+        ts_feed(&r->rows, r->vec ? upto / r->lanes : upto);
 }
 
 static float
 ts_run_finish(ts_run_t *r)
 {
     float lane[TS_MAXL], total = 0.0f;
-    ts_finish(&r->rows, lane);
+    if (r->few) {
+        const int L = r->rows.L;
+        for (int l = 0; l < L; l++)
+            lane[l] = 0.0f;
+        for (int64_t m = 0; m < r->rows.size; m++)
+            ts_add(lane, r->x + m * L, L);
+    } else {
+        ts_finish(&r->rows, lane);
+    }
     if (!r->vec)
         return 0.0f + lane[0];
     for (int64_t k = r->rows.size * r->lanes; k < r->n; ++k)
@@ -655,7 +674,8 @@ ts_sum_init(ts_sum_t *s, const float *x, int64_t n, int lanes, int threads)
     }
     s->runs = s->last = (int)runs;
     s->chunk = (n + runs - 1) / runs;
-    memset(s->part, 0, sizeof s->part);
+    /* the slots ts_sum_finish reads: part[0] below the grain or on one thread, `threads` of them from it */
+    memset(s->part, 0, sizeof(float) * (threads < 1 ? 1 : threads < TS_MAXTHREADS ? threads : TS_MAXTHREADS));
     ts_run_init(&s->run, x, s->chunk < n ? s->chunk : n, lanes);
 }
 

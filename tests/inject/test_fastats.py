@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import signal
+import struct
 import sys
 import time
 import zlib
@@ -215,6 +216,33 @@ def test_the_mean_is_torchs_bit_for_bit(seed):
         x = pool[off:off + n]
         if encode._mean(x, n) != x.mean().item():
             differ.append((n, off))
+    assert differ == []
+
+
+def _bits(v: float) -> bytes:
+    return b"nan" if math.isnan(v) else struct.pack("<d", v)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_tiny_tensors_mean_keeps_torchs_bits_for_signed_zeros_nans_and_infinities(seed):
+    """Below one row of four vectors (a tiny tensor) the C sum adds the elements onto 0.0 without torch's zeroed
+    accumulators: the same bits as torch.mean, the sign of a zero included (a NaN is a NaN: its sign and payload
+    are the order of the vector unit's operands, and the dump writes NaN), through both C calls that take a
+    mean (tmean; f32_mean with the kernel's figures)."""
+    if not encode.use_torch_mean():
+        pytest.skip("torch sums here")
+    gen = torch.Generator().manual_seed(seed)
+    special = torch.tensor([-0.0, 0.0, float("nan"), -float("nan"), float("inf"), -float("inf"), 1e-45, -1.5, 3e38])
+    lanes = encode._tmean_lanes
+    differ = []
+    for n in range(1, 4 * lanes + 5):
+        for _ in range(40):
+            x = special[torch.randint(0, len(special), (n,), generator=gen)].contiguous()
+            got = [encode._mean(x, n)]
+            if encode._fast_f32_mean is not None:
+                got.append(encode._fast_f32_mean(x.data_ptr(), n, lanes, 1)[3])
+            if any(_bits(g) != _bits(x.mean().item()) for g in got):
+                differ.append((n, x.tolist()))
     assert differ == []
 
 
