@@ -25,7 +25,7 @@ from .config import DumpConfig
 from .dumpformat import names, paths
 from .framework import Framework
 from .session import Session
-from .writer import Construct, Merge, Record, made
+from .writer import Construct, Merge, Record, made, stack_at
 
 
 class ModuleFrame:
@@ -233,26 +233,35 @@ class Recorder:
     # ---------------------------------------------------------------- the record ceremony
     def record(self, key: str, body: Any, pending: Optional[list]) -> None:
         """A whole record body (replaces an earlier one of the same key)."""
-        self.session.ensure_open()
+        s = self.session
+        if s.ready_kind != "dump" or self.writer.stopped:  # ensure_open's test: a frame per record less
+            s.ensure_open()
         self.writer.send(made(Record, (key, body, pending or None)))
 
     def merge(self, key: str, members: Dict[str, Any], pending: Optional[list], move: bool = False) -> None:
         """Members of a record; with move, the record takes its place at the end of the step (msprobe's
         position for a module forward: where the call completed)."""
-        self.session.ensure_open()
+        s = self.session
+        if s.ready_kind != "dump" or self.writer.stopped:
+            s.ensure_open()
         self.writer.send(made(Merge, (key, members, pending or None, move)))
 
     def place(self, key: str, parent: Any) -> None:
         """The record's parent in construct.json (levels L0 and mix with extra_info)."""
         if self.construct:
-            self.session.ensure_open()
+            s = self.session
+            if s.ready_kind != "dump" or self.writer.stopped:
+                s.ensure_open()
             self.writer.send(made(Construct, (key, parent)))
 
     def stack(self, key: str, skip: int) -> None:
         """The caller's stack for stack.json; skip: frames of the tool above the user's call."""
         if self.extra:
-            self.session.ensure_open()
-            self.writer.stack(key, skip + 1)
+            s = self.session
+            if s.ready_kind != "dump" or self.writer.stopped:
+                s.ensure_open()
+            if stack_at is None or not stack_at(self.writer, key, skip + 1):
+                self.writer.stack(key, skip + 1)
 
     def call_through(self, func: Callable[..., Any], args: Any, kwargs: Any, base: str) -> Any:
         """Run an API call that is not recorded: calls nested in it are neither recorded nor counted, and it
@@ -405,7 +414,9 @@ class Recorder:
             body["input"] = enc.encode(list(grad_out or ()), pending, f"{bkey}.input" if files else None)
         if self.outp:
             body["output"] = enc.encode(list(grad_in or ()), pending, f"{bkey}.output" if files else None)
-        self.session.ensure_open()
+        s = self.session
+        if s.ready_kind != "dump" or self.writer.stopped:
+            s.ensure_open()
         self.writer.send(made(Record, (bkey, body, pending or None)))
 
     # ---------------------------------------------------------------- parameter gradients
@@ -429,7 +440,8 @@ class Recorder:
                                        if enc.some_files and enc.wants_files(key) else None)
                 else:
                     entry = enc.encode(grad, pending, None)
-                s.ensure_open()
+                if s.ready_kind != "dump" or self.writer.stopped:
+                    s.ensure_open()
                 self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
         except Exception as exc:
             self.log(f"capture failed: {type(exc).__name__}: {exc}", f"{prefix[:-1]}.parameters_grad")

@@ -100,8 +100,9 @@ class Session:
         self._open_dir: Optional[str] = None
         self._open_kind: Optional[str] = None
         self._open_step: Optional[int] = None
-        # the kind whose directory is open for this step, rank looked up: ensure_open's check for every record
-        self._ready_kind: Optional[str] = None
+        # the kind whose directory is open for this step, rank looked up: ensure_open's check for every record,
+        # and the record ceremony's own (``ready_kind != "dump" or writer.stopped``: ensure_open asked only then)
+        self.ready_kind: Optional[str] = None
         self._opened: set = set()  # rank directories this process created
         self.root: Optional[str] = None
         self._root_failed = False
@@ -130,7 +131,7 @@ class Session:
         self.filters.reset()
         self._open_dir = None
         self._open_step = None
-        self._ready_kind = None
+        self.ready_kind = None
         self.loop += 1
         if (self.cfg.step and self.step > max(self.cfg.step)) or self.writer.flight_over:
             self.ended = True
@@ -140,7 +141,7 @@ class Session:
     def set_init_step(self, step: int) -> None:
         self.init_step = step
         self.loop = 0
-        self._ready_kind = None
+        self.ready_kind = None
 
     # ---- ranks and directories ----
     def refresh_rank(self) -> Optional[int]:
@@ -209,19 +210,19 @@ class Session:
     def stop_for_good(self) -> None:
         self.running = False
         self.ended = True
-        self._ready_kind = None
+        self.ready_kind = None
 
     def ensure_open(self, kind: str = "dump") -> str:
         """Open the rank directory of the current step (once per step) and return it. Asked for every record: once
         the directory is open, an attribute check. A rank not known yet is looked up when the step's directory
         opens and at stop() and step(), which rename it to rank{R} if torch.distributed came up since."""
-        if self._ready_kind == kind and not self.writer.stopped:
+        if self.ready_kind == kind and not self.writer.stopped:
             return self._open_dir  # type: ignore[return-value]
         if self.writer.stopped and not self.ended:
             self.stop_for_good()
         if self._open_step == self.step and self._open_kind == kind and self._open_dir is not None:
             self.refresh_rank()
-            self._ready_kind = kind if not self.ended else None
+            self.ready_kind = kind if not self.ended else None
             return self._open_dir
         self._open_step = self.step
         self.refresh_rank()
@@ -241,7 +242,7 @@ class Session:
                 except OSError as exc:
                     self.writer.log_error(f"cannot create {paths.tensor_dir(d)}: {exc}", d)
             self.writer.open_step(d, header, kind)
-        self._ready_kind = kind if not self.ended else None
+        self.ready_kind = kind if not self.ended else None
         return d
 
     def _move_aside(self, d: str) -> None:

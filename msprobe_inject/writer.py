@@ -137,6 +137,11 @@ _csend = journal._send
 _cstack = journal._stack
 if _csend is not None:  # Stack for the stack tail; a build before it takes the first five alone
     journal._send_setup(Record, Merge, Construct, untrack, _BATCH, *((Stack,) if _cstack is not None else ()))
+# DumpWriter.stack for a stack seen before, called as stack_at(writer, key, skip) from the recording frame (its
+# Python frame, lock and lookup in one C call; False: call DumpWriter.stack), or None where it is not built
+stack_at = journal._stack_at if _cstack is not None and _stack_sig is not None else None
+if stack_at is not None:
+    journal._stack_setup(_stack_sig)
 _next_stack_id = itertools.count().__next__  # stack ids are never reused in a process: a journal names them
 
 
@@ -217,7 +222,7 @@ class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
     # what the journal's C calls read and set for every record (journal._slots_setup below); the rest in __dict__
-    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "__dict__", "__weakref__")
+    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "__dict__", "__weakref__")
 
     def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
@@ -1016,4 +1021,4 @@ def _rank_of(directory: str) -> Optional[int]:
 _FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 
 if journal._slots_setup is not None:  # the C send's and stack's reads of the writer, at its slots
-    journal._slots_setup(DumpWriter, ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent"))
+    journal._slots_setup(DumpWriter, ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks"))

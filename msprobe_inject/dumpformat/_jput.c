@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <frameobject.h>
 #include <marshal.h>
 #include <string.h>
 #include <stdint.h>
@@ -734,6 +735,104 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* stack_at(writer, key, skip) -> bool: DumpWriter.stack for a stack seen before, in one call from the recording
+ * frame: the frame `skip` levels above the caller's (sys._getframe(skip) there), its signature by the function
+ * stack_setup gave (_stacksig.sig), and under the writer's hand-off lock (_blk) its lookup in writer._stacks and
+ * jstack's tail. False, having changed nothing: no setup, a stack not seen before (DumpWriter.stack formats it),
+ * or a journal jstack leaves to the Python path. An error is the caller's, the lock released. */
+static PyObject *F_sig, *s_blk, *s_wstacks, *s_acquire, *s_release;
+
+static PyObject *
+jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "stack_at(writer, key, skip)");
+        return NULL;
+    }
+    PyObject *w = args[0], *key = args[1];
+    if (F_sig == NULL || T_stack == NULL)
+        Py_RETURN_FALSE;
+    long skip = PyLong_AsLong(args[2]);
+    if (skip < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "stack_at: skip >= 0");
+        return NULL;
+    }
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    for (long i = 0; i < skip && f != NULL; i++) {
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    if (f == NULL)
+        Py_RETURN_FALSE;
+    PyObject *sig = PyObject_CallOneArg(F_sig, (PyObject *)f);
+    Py_DECREF(f);
+    if (sig == NULL)
+        return NULL;
+    PyObject *lock = attr_get(w, s_blk), *got = NULL, *stacks = NULL, *known = NULL, *res = NULL;
+    if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
+        Py_XDECREF(lock);
+        Py_DECREF(sig);
+        return NULL;
+    }
+    Py_DECREF(got);
+    if ((stacks = attr_get(w, s_wstacks)) != NULL) {
+        if (!PyDict_CheckExact(stacks)) {
+            res = NEW_REF(Py_False);
+        } else if ((known = PyDict_GetItemWithError(stacks, sig)) != NULL) {
+            PyObject *a[3] = {w, key, known};
+            Py_INCREF(known); /* held while jstack runs: it may hand off, and so run a queue's Python code */
+            res = jstack(self, a, 3);
+            Py_DECREF(known);
+        } else if (!PyErr_Occurred()) {
+            res = NEW_REF(Py_False);
+        }
+        Py_DECREF(stacks);
+    }
+    Py_DECREF(sig);
+    /* the lock is released whatever happened, the error kept */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+#endif
+    got = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_DECREF(lock);
+    if (got == NULL) {
+#if PY_VERSION_HEX >= 0x030C0000
+        Py_XDECREF(exc);
+#else
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+#endif
+        Py_XDECREF(res);
+        return NULL;
+    }
+    Py_DECREF(got);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(et, ev, tb);
+#endif
+    return res;
+}
+
+/* stack_setup(sig): the stack signature's function stack_at calls */
+static PyObject *
+jstack_setup(PyObject *self, PyObject *sig)
+{
+    if (!PyCallable_Check(sig)) {
+        PyErr_SetString(PyExc_TypeError, "stack_setup(sig)");
+        return NULL;
+    }
+    Py_XSETREF(F_sig, NEW_REF(sig));
+    Py_RETURN_NONE;
+}
+
 /* slots_setup(type, names): the names among those that are slots of type (its own member descriptors of object
  * references), read and set at their offsets from then on for objects of exactly that type; the count found */
 static PyObject *
@@ -800,6 +899,10 @@ static PyMethodDef methods[] = {
      "slots_setup(type, names) -> int: which of the names the C calls read at their slot's offset in type's objects."},
     {"stack", (PyCFunction)(void (*)(void))jstack, METH_FASTCALL,
      "stack(writer, key, known) -> bool: DumpWriter.stack's tail for a known stack (see the comment above jstack)."},
+    {"stack_at", (PyCFunction)(void (*)(void))jstack_at, METH_FASTCALL,
+     "stack_at(writer, key, skip) -> bool: DumpWriter.stack for a stack seen before (see the comment above "
+     "jstack_at)."},
+    {"stack_setup", (PyCFunction)jstack_setup, METH_O, "stack_setup(sig): the stack signature stack_at takes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -827,6 +930,12 @@ PyInit__jput(void)
     V_stackdef = PyUnicode_InternFromString("stackdef");
     s_stacks = PyUnicode_InternFromString("stacks");
     V_one = PyLong_FromLong(1);
+    s_blk = PyUnicode_InternFromString("_blk");
+    s_wstacks = PyUnicode_InternFromString("_stacks");
+    s_acquire = PyUnicode_InternFromString("acquire");
+    s_release = PyUnicode_InternFromString("release");
+    if (!s_blk || !s_wstacks || !s_acquire || !s_release)
+        return NULL;
     if (!s_mm || !s_pos || !s_busy || !s_jf || !s_held || !s_jbuf || !s_buf || !s_q || !s_sent || !s_see || !s_put
         || !V_set || !V_merge || !V_move || !V_construct || !V_stack || !V_stackdef || !s_stacks || !V_one)
         return NULL;

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..dumpformat import names
 from ..recorder import Recorder
-from ..writer import Construct, Record, made
+from ..writer import Construct, Record, made, stack_at
 from . import apinames
 from .state import _NO_TF, COMPILER, Quiet, dynamo_compiling, hook_after, tls
 
@@ -223,7 +223,7 @@ class ApiHooks:
                         kw = {k: (None if k in pos else v) for k, v in kw.items()}
                 body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
                 body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None) if kw else {}
-                if rec.extra:
+                if rec.extra and (stack_at is None or not stack_at(rec.writer, fkey, 2)):
                     rec.writer.stack(fkey, 2)
         except Exception as exc:
             rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
@@ -252,8 +252,10 @@ class ApiHooks:
                     else:
                         value = list(out if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out])
                     body["output"] = enc.encode(value, pending, f"{fkey}.output" if files else None)
-                s.ensure_open()
-                rec.writer.send(made(Record, (fkey, body, pending or None)))
+                w = rec.writer
+                if s.ready_kind != "dump" or w.stopped:  # Session.ensure_open's test, spelled out
+                    s.ensure_open()
+                w.send(made(Record, (fkey, body, pending or None)))
             if rec.construct:
                 rec.writer.send(made(Construct, (fkey, self._parent(stack))))
             if filters.active:

@@ -331,3 +331,39 @@ def test_a_module_call_recording_only_its_outputs_runs_nothing_quiet_before_them
         assert _data(tmp_path, step, "construct.json") == {"Module.fc.Linear.forward.0": None}
         stacks = _data(tmp_path, step, "stack.json")
         assert [keys for keys, _ in stacks.values()] == [["Module.fc.Linear.forward.0"]]
+
+
+def test_a_record_asks_ensure_open_only_while_no_directory_is_ready_or_the_writer_has_stopped(tmp_path):
+    """The record ceremony's test (the step's directory ready, the writer not stopped) spares the ensure_open call
+    per record; a new step's first record opens its directory, and a writer stopped for good (a full disk) stops the
+    session at the next record."""
+    rec, fw = _recorder(tmp_path)
+    s = rec.session
+    calls: List[str] = []
+    real = s.ensure_open
+    s.ensure_open = lambda kind="dump": calls.append(kind) or real(kind)
+    rec.start(model=object())
+    assert calls == ["dump"]  # start() opens the step's directory, as msprobe does
+
+    def records(n: int, step: int) -> None:
+        for i in range(n):
+            rec.record(f"Functional.relu.{step}{i}.forward", {"output": [{"type": "int", "value": i}]}, None)
+            rec.merge(f"Module.fc.Linear.forward.{step}{i}", {"output": [{"type": "int", "value": i}]}, None)
+            rec.place(f"Functional.relu.{step}{i}.forward", None)
+            rec.stack(f"Functional.relu.{step}{i}.forward", 0)
+
+    records(10, 0)
+    assert calls == ["dump"]
+    rec.stop()
+    rec.step()
+    rec.start(model=object())
+    assert calls == ["dump"] * 2
+    s.ready_kind = None  # as before a zero-code step's first record: that record opens the directory
+    records(3, 1)
+    assert calls == ["dump"] * 3 and s.running
+    rec.writer.stopped = True  # what a fatal write error sets, on the writer thread
+    records(1, 2)
+    assert calls[:4] == ["dump"] * 4 and not s.running and s.ended
+    rec.stop()
+    d = _data(tmp_path)["data"]
+    assert len(d) == 20 and d["Functional.relu.09.forward"]["output"][0]["value"] == 9

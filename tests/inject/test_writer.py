@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import threading
 
 import pytest
 from util import PREAMBLE, clean_env, leaves, load_dump, rank_dir, run_config, run_py, write_config
@@ -626,10 +627,11 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path, monkeypatch, seed):
-    """DumpWriter.stack's tail for a stack seen before in one C call (_jput.stack): the same journal operations (a
-    stack's definition once per journal, each call's stack frame before the next record's) and the same events handed
-    off in the same batches as stack() in Python, from three call sites, held steps and steps without a journal
-    included."""
+    """DumpWriter.stack's tail for a stack seen before in one C call (_jput.stack), and the whole of it from the
+    recording frame (writer.stack_at: the frame, its signature, the lock and the lookup too): the same journal
+    operations (a stack's definition once per journal, each call's stack frame before the next record's) and the same
+    events handed off in the same batches as stack() in Python, from three call sites, held steps and steps without a
+    journal included."""
     import random
     import shutil
 
@@ -643,12 +645,21 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
     events = [(rng.random() < 0.6, rng.randrange(3), rng.random() < 0.2, rng.random() < 0.02) for _ in range(600)]
     taken: list = []
     counted = _counting(writer._cstack, taken)
+    via_at: list = []  # stack_at's answers, when the recording frame asks it first
+
+    def record_stack(w, key):  # as a recording frame calls them: the stack is its caller's
+        if via_at and via_at[0] is None:
+            done = writer.stack_at(w, key, 1)
+            via_at.append(done)
+            if done:
+                return
+        w.stack(key, 1)
 
     def site0(w, key):
-        w.stack(key, 0)
+        record_stack(w, key)
 
     def site1(w, key):
-        w.stack(key, 0)
+        record_stack(w, key)
 
     def site2(w, key):
         site0(w, key)
@@ -675,6 +686,11 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
                 else:
                     w.send(Record(key, {"output": [i]}, None), push)
         batches.append(list(w._buf))
+        free: list = []  # the hand-off lock is free for another thread (an RLock: this one would take it again)
+        other = threading.Thread(target=lambda: free.append(w._blk.acquire(timeout=10) and w._blk.release() is None))
+        other.start()
+        other.join()
+        assert free == [True]
         w._held, w._q, w._buf = False, queue, []
         w.close()
         ids: dict = {}  # stack ids are never reused in a process: numbered by first appearance
@@ -684,11 +700,19 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
         return ops, handed
 
     got = []
-    for way in (counted, None):  # from one line: the stacks' text holds it
+    for way in (counted, None, "at"):  # from one line: the stacks' text holds it
+        if way == "at":
+            if writer.stack_at is None:
+                break
+            via_at.append(None)
+            way = journal._stack
         monkeypatch.setattr(writer, "_cstack", way)
         got.append(run())
-    fast, slow = got
+    fast, slow = got[:2]
     assert taken == [True] * sum(e[0] for e in events) * 2  # a first sight too, once the Python has formatted it
+    if len(got) == 3:  # each stack's first sight in stack() (it formats it), every later one in stack_at alone
+        assert via_at[1:].count(False) == 3 and len(via_at) == 1 + sum(e[0] for e in events) * 2
+        assert repr(got[2]) == repr(fast)
     assert [op[0] for op in fast[0]].count("stackdef") == 3
     differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[0], slow[0])) if repr(a) != repr(b)]
     assert not differ and len(fast[0]) == len(slow[0]) > len(events) // 2, differ[:1]
