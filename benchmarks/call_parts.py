@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     a = ap.parse_args()
 
+    from msprobe_inject import recorder as R
     from msprobe_inject import writer as W
     from msprobe_inject.pytorch import PrecisionDebugger, apis, encode
 
@@ -62,6 +63,8 @@ def main() -> None:
     def set_way(way: str) -> None:
         for k, (cls, n) in slots.items():
             setattr(cls, n, ways[way].get(k, orig[k]))
+        # a known stack's C call from the recording frames goes with DumpWriter.stack
+        apis.stack_at = R.stack_at = None if way == "no stacks" else W.stack_at
 
     for _ in range(20):  # warm-up, unrecorded
         body()

@@ -75,6 +75,8 @@ def set_way(way: str) -> None:
                      "no param grads": (R.Recorder, "param_grad", nothing),
                      "no module backward": (R.Recorder, "module_backward", nothing)}[way]
     setattr(cls, name, fn)
+    if way == "no stacks":  # a known stack's C call from the recording frames (writer.stack_at) goes too
+        apis.stack_at = R.stack_at = None
 
 HELPER = r"""
 #include <valgrind/callgrind.h>

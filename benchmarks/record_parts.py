@@ -14,14 +14,15 @@ way that is not the code's never runs in a job. Also each round's "all" over its
 so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the ways named
 ("no tool" and "all" always), so that more rounds of those fit in the same time.
 
-Then ``--inside`` more steps of "all" with the recording's functions timed (exclusive time: a function's time less
-that of the timed functions it calls), medians in ms per step: the statistics (``Encoder.encode``, ``Encoder.tensor``),
-the journal and the hand-off to the writer (``DumpWriter.send``), the stacks (``DumpWriter.stack``), the step
-directory's check (``Session.ensure_open``), the recorder's module, gradient and backward bodies around those,
+Then ``--inside`` more steps of "all" with the recording's functions timed (exclusive time: a function's time less that
+of the timed functions it calls), medians in ms per step: the statistics (``Encoder.encode``, ``Encoder.tensor``), the
+journal and the hand-off to the writer (``DumpWriter.send``), the stacks (``DumpWriter.stack``: a stack's first sight,
+the later ones are the callers' own time in ``writer.stack_at``), the step directory's opening (``Session.ensure_open``:
+once per step, the records' own test of it is theirs), the recorder's module, gradient and backward bodies around those,
 start, stop and step, and the forward side of a module call's backward capture (``_ModuleBackward.inputs`` and
-``outputs``: the view or function its tensors pass through, and the hook on its node). What the step's overhead
-holds besides these is torch's hook dispatch, the hooks' own Python before they reach the recorder, the API hooks,
-and what the timing itself adds.
+``outputs``: the view or function its tensors pass through, and the hook on its node). What the step's overhead holds
+besides these is torch's hook dispatch, the hooks' own Python before they reach the recorder, the API hooks, and what
+the timing itself adds.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ _DROPPED = ("Record", "Merge", "Construct")
 
 
 def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, ways: tuple = WAYS) -> dict:
+    from msprobe_inject import recorder, writer
+    from msprobe_inject.pytorch import apis
+
     debugger = debugger_for(name, tmp)
     rec = debugger.runtime
     enc_type, writer_type = type(rec.encoder), type(rec.writer)
@@ -74,8 +78,10 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
         if way in ("no encoding", "bare hooks"):
             enc_type.encode = lambda self, value, pending, files, keys=None: []
             enc_type.tensor = lambda self, t, pending, file_name: {}
+        apis.stack_at = recorder.stack_at = writer.stack_at
         if way in ("no stacks", "bare hooks"):
             writer_type.stack = lambda self, key, skip: None
+            apis.stack_at = recorder.stack_at = None  # a known stack's C call from the recording frames too
         if way in ("no records sent", "bare hooks"):
             writer_type.send = send_control_only
         if way == "no module backward":

@@ -213,9 +213,10 @@ class Session:
         self.ready_kind = None
 
     def ensure_open(self, kind: str = "dump") -> str:
-        """Open the rank directory of the current step (once per step) and return it. Asked for every record: once
-        the directory is open, an attribute check. A rank not known yet is looked up when the step's directory
-        opens and at stop() and step(), which rename it to rank{R} if torch.distributed came up since."""
+        """Open the rank directory of the current step (once per step) and return it. The record ceremony asks it
+        only while ``ready_kind`` is not the record's kind or the writer has stopped; others may ask at any time. A
+        rank not known yet is looked up when the step's directory opens and at stop() and step(), which rename it to
+        rank{R} if torch.distributed came up since."""
         if self.ready_kind == kind and not self.writer.stopped:
             return self._open_dir  # type: ignore[return-value]
         if self.writer.stopped and not self.ended:

@@ -138,7 +138,8 @@ _cstack = journal._stack
 if _csend is not None:  # Stack for the stack tail; a build before it takes the first five alone
     journal._send_setup(Record, Merge, Construct, untrack, _BATCH, *((Stack,) if _cstack is not None else ()))
 # DumpWriter.stack for a stack seen before, called as stack_at(writer, key, skip) from the recording frame (its
-# Python frame, lock and lookup in one C call; False: call DumpWriter.stack), or None where it is not built
+# Python frame, lock and lookup in one C call; False: call DumpWriter.stack), or None where it is not built. It takes
+# the C tail itself: setting _cstack to None after import leaves it on (the recording modules hold it by name)
 stack_at = journal._stack_at if _cstack is not None and _stack_sig is not None else None
 if stack_at is not None:
     journal._stack_setup(_stack_sig)

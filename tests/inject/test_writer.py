@@ -722,6 +722,44 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
     assert 0 < stacks < sum(e[0] for e in events) * 2  # a held step's stacks stay out
 
 
+def test_a_known_stacks_c_call_lets_the_hand_off_lock_go_when_it_raises():
+    """writer.stack_at holds the writer's hand-off lock (an RLock) around its lookup and hand-off: an error there is
+    the caller's, raised, and the lock is free for the writer's other threads after it."""
+    from msprobe_inject import writer
+    from msprobe_inject.writer import DumpWriter
+
+    if writer.stack_at is None:
+        pytest.skip("the C stack is not built here")
+    w = DumpWriter(lambda pending: None, lambda t, p: None)
+
+    def record(key):  # as a recording frame calls them: the stack is its caller's
+        if not writer.stack_at(w, key, 1):
+            w.stack(key, 1)
+
+    def site(key):
+        record(key)
+
+    raised, free, buf = [], [], w._buf
+    try:
+        for i in range(3):  # one calling line: one stack, formatted at its first sight by DumpWriter.stack
+            if i == 1:
+                w._buf = ()  # the hand-off fails inside the C call
+            try:
+                site(f"Torch.relu.{i}.forward")
+            except TypeError:
+                raised.append(i)
+            if i == 1:
+                other = threading.Thread(target=lambda: free.append(w._blk.acquire(timeout=10) and
+                                                                   w._blk.release() is None))
+                other.start()
+                other.join()
+                w._buf = buf
+        assert raised == [1] and free == [True]
+        assert [ev.key for ev in w._buf] == ["Torch.relu.0.forward", "Torch.relu.2.forward"]
+    finally:
+        w.close()
+
+
 def test_a_collection_inside_the_c_send_finds_the_waiting_frames_as_the_python_send_leaves_them(tmp_path):
     """The C send takes the frames waiting in the writer's list before it journals a record; a collection started by an
     allocation inside it (on Python 3.9-3.11 at once, here forced by the lowest thresholds) runs Python code, which may
