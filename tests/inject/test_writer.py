@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import queue
 import threading
 
 import pytest
@@ -537,6 +538,17 @@ def test_a_nan_taken_in_a_run_is_the_step_summarys_first(tmp_path, where):
     assert got["first_nan"]["record"] == bad.key, got
 
 
+class _Collecting(queue.Queue):
+    """A writer's queue that keeps what is put in a list: its thread, draining meanwhile, finds it empty."""
+
+    def __init__(self, into: list) -> None:
+        super().__init__()
+        self.into = into
+
+    def put(self, item, block=True, timeout=None) -> None:
+        self.into.append(item)
+
+
 def _counting(real, taken: list):
     """real (a C call that answers whether it did the work), its answers kept in taken."""
 
@@ -600,7 +612,7 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
         w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
         w._triggers_see = lambda ev, t: ev.key.endswith(".seen")
         queue, batches = w._q, []
-        w._q = type("Q", (), {"put": staticmethod(batches.append)})()
+        w._q = _Collecting(batches)
         for ev, push, held in events:
             w._held = held
             w.send(ev, push)
@@ -671,7 +683,7 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
         w._triggers_see = lambda ev, t: ev.key.endswith("0.forward")
         w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path / "d")})
         queue, batches = w._q, []
-        w._q = type("Q", (), {"put": staticmethod(batches.append)})()
+        w._q = _Collecting(batches)
         ops = []
         for part in range(2):  # a step with a journal, then the same calls with none (a dump not yet open)
             if part == 1:
