@@ -78,6 +78,8 @@ JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/
 JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"], optional=True)
 # the signature of a recorded call's stack (the writer looks each record's stack up by it)
 STACKSIG = Extension("msprobe_inject._stacksig", ["msprobe_inject/_stacksig.c"], optional=True)
+# the hooks' per-thread state, read and set about twenty times per recorded call
+TSTATE = Extension("msprobe_inject._tstate", ["msprobe_inject/_tstate.c"], optional=True)
 # msprobe-dump index: a dump.json's index rows column-wise, without a Python object per JSON value
 JROWS = Extension("msprobe_readers._jrows", ["msprobe_readers/_jrows.c"], optional=True)
 
@@ -97,4 +99,4 @@ if editable_wheel is not None:
 
     cmdclass["editable_wheel"] = EditableWheelWithPth
 
-setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT, JENC, STACKSIG, JROWS])
+setup(cmdclass=cmdclass, ext_modules=[FASTATS, JPUT, JENC, STACKSIG, TSTATE, JROWS])

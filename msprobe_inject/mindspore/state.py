@@ -3,10 +3,11 @@ and the facts about MindSpore's execution they all ask."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import mindspore as ms
+
+from ..threadstate import thread_state
 
 DIFF_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64, ms.complex64, ms.complex128)
 try:
@@ -15,18 +16,16 @@ except ImportError:  # pragma: no cover
     _pynative_executor = None
 
 
-class ThreadState(threading.local):
-    """Per-thread flags shared by the wrappers and the hooks."""
+# The wrappers' and hooks' per-thread state (threadstate.thread_state): each attribute and a thread's first value
+_FIELDS = (
+    ("busy", False),  # the tool itself is running: everything passes straight through
+    ("in_api", False),  # inside a recorded API: nested APIs are neither recorded nor counted
+    ("stack", list),  # enclosing cell records (construct.json parents, mix-level list)
+    ("frames", list),  # cell forward frames between pre- and post-hook
+    ("top", False),  # zero-code: inside a top-level Cell call
+)
 
-    def __init__(self) -> None:
-        self.busy = False  # the tool itself is running: everything passes straight through
-        self.in_api = False  # inside a recorded API: nested APIs are neither recorded nor counted
-        self.stack: List[str] = []  # enclosing cell records (construct.json parents, mix-level list)
-        self.frames: List[Any] = []  # cell forward frames between pre- and post-hook
-        self.top = False  # zero-code: inside a top-level Cell call
-
-
-tls = ThreadState()
+tls = thread_state(_FIELDS)
 
 
 class Quiet:

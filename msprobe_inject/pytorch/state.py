@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import types
-from typing import Any, List
+from typing import Any
 
 import torch
 
 from .. import nodehook
+from ..threadstate import thread_state
 
 _NO_TF = torch._C.DisableTorchFunction
 
@@ -33,18 +33,19 @@ hook_after = getattr(_native, "post", None)
 hook_single = getattr(_native, "hook_single", None)
 
 
-class ThreadState(threading.local):
-    def __init__(self) -> None:
-        self.busy = False  # the tool itself is running: hooks pass straight through
-        self.in_api = False  # inside a recorded API: nested APIs are neither recorded nor counted
-        self.stack: List[str] = []  # enclosing module records (construct.json parents, mix-level list)
-        self.mframes: List[Any] = []  # module forward frames between pre-hook and hook
-        self.depth = 0  # module call depth: 0 is a top-level call (the model)
-        self.recompute = 0  # module forwards open inside a backward pass (activation checkpointing)
-        self.recompute_in_api = False  # in_api before the outermost of them
+# The hooks' per-thread state (threadstate.thread_state): each attribute and a thread's first value
+_FIELDS = (
+    ("busy", False),  # the tool itself is running: hooks pass straight through
+    ("in_api", False),  # inside a recorded API: nested APIs are neither recorded nor counted
+    ("stack", list),  # enclosing module records (construct.json parents, mix-level list)
+    ("mframes", list),  # module forward frames between pre-hook and hook
+    ("depth", 0),  # module call depth: 0 is a top-level call (the model)
+    ("recompute", 0),  # module forwards open inside a backward pass (activation checkpointing)
+    ("recompute_in_api", False),  # in_api before the outermost of them
+)
 
 
-tls = ThreadState()
+tls = thread_state(_FIELDS)
 
 
 class Quiet:
