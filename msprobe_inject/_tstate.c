@@ -9,7 +9,12 @@
  * `list` for a fresh list). They live in a list kept in the thread's state dict (PyThreadState_GetDict), so they go
  * with the thread, the collector follows them, and a forked child has its parent thread's, as with threading.local.
  * The last thread's list is kept by its thread id (never reused in a process), so the common case (one thread,
- * many accesses) is a comparison and an index. Any other attribute name raises AttributeError. */
+ * many accesses) is a comparison and an index. Any other attribute name raises AttributeError.
+ *
+ * Unlike threading.local: a dead thread's values live on while they are the cached ones (until another thread's
+ * access), a freed Local's values stay in the dicts of the threads that used it (the adapters' are never freed),
+ * greenlets share their thread's values, and the cache needs the GIL (a free-threaded build turns it on for this
+ * module, which declares no Py_mod_gil). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -46,6 +51,10 @@ values(LocalObject *self)
     if (vals == NULL) {
         if (PyErr_Occurred())
             return NULL;
+        if (self->defaults == NULL) { /* cleared by the collector */
+            PyErr_SetString(PyExc_RuntimeError, "Local: cleared");
+            return NULL;
+        }
         PyObject *made = PyList_New(self->n);
         if (made == NULL)
             return NULL;
@@ -58,17 +67,11 @@ values(LocalObject *self)
             }
             PyList_SET_ITEM(made, i, v);
         }
-        if (PyDict_SetItem(tdict, self->key, made) < 0) {
-            Py_DECREF(made);
-            return NULL;
-        }
+        /* a default's factory may have run Python code that made this thread's values first: those stay */
+        vals = PyDict_SetDefault(tdict, self->key, made);
         Py_DECREF(made);
-        vals = PyDict_GetItemWithError(tdict, self->key);
-        if (vals == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "Local: the thread's values went");
+        if (vals == NULL)
             return NULL;
-        }
     }
     if (!PyList_CheckExact(vals) || PyList_GET_SIZE(vals) != self->n) {
         PyErr_SetString(PyExc_RuntimeError, "Local: the thread's values were replaced");

@@ -259,7 +259,9 @@ class ModuleHooks:
     # ---- forward ----
     def _pre(self, module, args):
         rec = self.rec
-        if tls.busy or rec.forked or dynamo_compiling() or COMPILER._is_compiling_flag:
+        # tracing first, as the dump mode asks: dynamo then never reads the thread state (an older torch's graph
+        # break on a C object's attribute); in eager mode all four are asked anyway
+        if dynamo_compiling() or COMPILER._is_compiling_flag or tls.busy or rec.forked:
             return None
         depth = tls.depth
         tls.depth = depth + 1
@@ -323,7 +325,7 @@ class ModuleHooks:
 
     def _closing(self, module, args, kwargs, output):
         rec = self.rec
-        if tls.busy or rec.forked or dynamo_compiling() or COMPILER._is_compiling_flag:
+        if dynamo_compiling() or COMPILER._is_compiling_flag or tls.busy or rec.forked:
             return None
         raised = output is _RAISED
         tls.depth = max(0, tls.depth - 1)

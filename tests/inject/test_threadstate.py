@@ -103,6 +103,9 @@ def test_a_forked_child_has_its_parent_threads_values():
     loc = _local()
     loc.depth = 7
     loc.stack.append("Module.fc")
+    other = threading.Thread(target=lambda: loc.depth)  # the cache holds another thread's values: the child looks
+    other.start()  # its own up in its thread's dict
+    other.join()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 3
