@@ -1696,6 +1696,15 @@ threads_now(void)
 
 /* threads: torch's intra-op thread count for tensors above max elements, 0 to leave those to encode.py; cache:
  * encode.StatCache for those, or None */
+/* a tensor's figures: from its TensorImpl where that reader is set up and takes it, else through its attributes */
+static int
+read_meta(PyObject *t, int mode, int threads, Py_ssize_t *n, int *contiguous, const float **p, PyObject **ptr,
+          PyObject **size, PyObject **rg)
+{
+    int got = T_meta != NULL ? cxx_meta(t, mode, threads, n, contiguous, p, ptr, size, rg) : -1;
+    return got < 0 ? py_meta(t, mode, threads, n, contiguous, p, ptr, size, rg) : got;
+}
+
 static PyObject *
 tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
 {
@@ -1703,9 +1712,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     int contiguous;
     const float *p;
     PyObject *ptr, *size, *rg;
-    int got = T_meta != NULL ? cxx_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg) : -1;
-    if (got < 0)
-        got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
+    int got = read_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
     if (!got)
         return NOT_MINE;
     if (threads == THREADS_ASK) {
@@ -1717,10 +1724,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             Py_DECREF(rg);
             if ((threads = threads_now()) < 1)
                 return NOT_MINE;
-            got = T_meta != NULL ? cxx_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg) : -1;
-            if (got < 0)
-                got = py_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
-            if (!got)
+            if (!(got = read_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg)))
                 return NOT_MINE;
         }
     }

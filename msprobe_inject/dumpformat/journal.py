@@ -269,11 +269,11 @@ class JournalFile:
             pass
 
 
-# ---- reading ----
 if _slots_setup is not None:  # put_frames' reads of a journal's state, at its slots
     _slots_setup(JournalFile, ("busy", "mm", "pos", "stacks"))
 
 
+# ---- reading ----
 def _is_v2(data: bytes) -> bool:
     return data[:1] == b"{"
 

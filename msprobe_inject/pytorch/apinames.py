@@ -140,22 +140,16 @@ def _resolve(mod, dotted: str):
 _code_cache: Dict[Tuple[Any, int], Optional[Tuple[str, tuple, bool]]] = {}
 
 
-def operator_name(method: str, frame, args) -> Optional[str]:
-    """The dunder msprobe would record for a TensorBase method reached through a Python operator, else None."""
-    return operator_site(method, frame, args)[0]
-
-
 def operator_site(method: str, frame, args) -> Tuple[Optional[str], bool]:
-    """operator_name's answer, and whether it holds for every call of this calling instruction whose second argument
-    is a tensor or not as this one's is (False: the left operand's value was looked at)."""
+    """The dunder msprobe would record for a TensorBase method reached through a Python operator (else None), and
+    whether it holds for every call of this calling instruction whose second argument is a tensor or not as this
+    one's is (False: the left operand's value was looked at)."""
     if method not in _OPERATOR_METHODS or frame is None:
         return None, True
+    frame = calling_site(frame)
+    if frame is None:
+        return None, False
     code = frame.f_code
-    if code.co_name == "wrapped" and code.co_filename.endswith(_TENSOR_PY):
-        frame = frame.f_back  # torch/_tensor.py wraps __pow__, __ipow__, ...
-        if frame is None:
-            return None, False
-        code = frame.f_code
     key = (code, frame.f_lasti)
     info = _code_cache.get(key, False)
     if info is False:
@@ -180,7 +174,8 @@ def operator_site(method: str, frame, args) -> Tuple[Optional[str], bool]:
 
 
 def calling_site(frame) -> Any:
-    """The frame whose instruction an operator's name is read from: the caller's, past torch/_tensor.py's wrapper."""
+    """The frame whose instruction an operator's name is read from: the caller's, past torch/_tensor.py's wrapper
+    (it wraps __pow__, __ipow__, ...); None where there is none."""
     code = frame.f_code
     if code.co_name == "wrapped" and code.co_filename.endswith(_TENSOR_PY):
         return frame.f_back

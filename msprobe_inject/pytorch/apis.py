@@ -128,42 +128,42 @@ class ApiHooks:
             op = self._operators.get(func)
         except TypeError:
             op = None
-        if op is not None:  # an operator's method: its name is the calling instruction's, kept per site
-            frame = sys._getframe(2)
-            if frame.f_code.co_name == "wrapped":
-                frame = apinames.calling_site(frame)
-            if frame is not None:
-                # the code object's id, not the object (its hash reads its constants): the entry holds the object,
-                # so the id is not reused while the entry lives
-                site = (func, id(frame.f_code), frame.f_lasti, len(args) > 1 and isinstance(args[1], _TENSOR))
-                got = self._sites.get(site)
-                if got is not None:
-                    return got[0]
-                return self._operator(func, op, frame, args)
-            return self._operator(func, op, None, args)
-        try:  # ApiTable.lookup, spelled out
-            name = self.table.names.get(func)
-        except TypeError:
-            name = None
-        if name is None:
-            if not self.all_apis:
-                self._know(func, None)
-                return None
-            name = self.table.name_for_unlisted(func)
-            listed = True
-        else:
-            listed = self.table.listed.get(func, True)
-        prefix, api = name
-        if prefix == "Tensor" and api in apinames._OPERATOR_METHODS:
+        if op is None:
+            try:  # ApiTable.lookup, spelled out
+                name = self.table.names.get(func)
+            except TypeError:
+                name = None
+            if name is None:
+                if not self.all_apis:
+                    self._know(func, None)
+                    return None
+                name = self.table.name_for_unlisted(func)
+                listed = True
+            else:
+                listed = self.table.listed.get(func, True)
+            prefix, api = name
+            if not (prefix == "Tensor" and api in apinames._OPERATOR_METHODS):
+                info = self._base(prefix, api), listed, prefix, api
+                self._know(func, info)
+                return info
             op = (prefix, api, listed)
             if len(self._operators) < 4096:
                 self._operators[func] = op
-            return self._operator(func, op, apinames.calling_site(sys._getframe(2)), args)
-        info = self._base(prefix, api), listed, prefix, api
-        self._know(func, info)
-        return info
+        # an operator's method: its name is the calling instruction's, kept per site
+        frame = sys._getframe(2)
+        if frame.f_code.co_name == "wrapped":
+            frame = apinames.calling_site(frame)
+        if frame is None:
+            return self._operator(op, None, args, None)
+        # the code object's id, not the object (its hash reads its constants): the entry holds the object, so the id
+        # is not reused while the entry lives
+        site = (func, id(frame.f_code), frame.f_lasti, len(args) > 1 and isinstance(args[1], _TENSOR))
+        got = self._sites.get(site)
+        if got is not None:
+            return got[0]
+        return self._operator(op, frame, args, site)
 
-    def _operator(self, func, op, frame, args):
+    def _operator(self, op, frame, args, site):
         """An operator method's record name at this calling instruction (its dunder), kept for the site where the
         arguments do not change it."""
         prefix, api, listed = op
@@ -174,8 +174,7 @@ class ApiHooks:
             info = None
         else:
             info = self._base(prefix, dunder), self.tensor_dunders.get(dunder, True), prefix, dunder
-        if static and frame is not None and len(self._sites) < 4096:
-            site = (func, id(frame.f_code), frame.f_lasti, len(args) > 1 and isinstance(args[1], _TENSOR))
+        if static and site is not None and len(self._sites) < 4096:
             self._sites[site] = (info, frame.f_code)
         return info
 
