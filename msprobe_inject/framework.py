@@ -62,6 +62,11 @@ class Framework(Protocol):
     def quiet(self) -> ContextManager[None]:
         """Run the recorder's own tensor work: hooks pass straight through (busy) while it runs."""
 
+    # what quiet() enters besides the busy flag, as a type whose instances are context managers (torch: its
+    # DisableTorchFunction, a C type: the recorder's hot hooks spell quiet() out with it, two frames fewer per
+    # record), or None where quiet() is the busy flag alone
+    dispatch_guard: Optional[type]
+
     def install(self, recorder: Any) -> None:
         """Install the global hooks (modules, optimizer steps) that stay for the process's life."""
 

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 import weakref
+from contextlib import nullcontext
 from typing import Any, Callable, Dict, List, Optional
 
 from . import values
@@ -57,6 +58,9 @@ class Recorder:
         self.writer = self.session.writer
         self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
         self.tls = fw.tls
+        # quiet() spelled out in the hot hooks (module outputs, backward records, gradients): the busy flag and this
+        # guard, without the context manager's two frames per record
+        self._guard: Callable[[], Any] = fw.dispatch_guard or nullcontext
         self.level = cfg.level
         self.api_level = cfg.level in ("L1", "mix")
         self.module_level = cfg.level in ("L0", "mix")
@@ -303,11 +307,14 @@ class Recorder:
         fkey = None
         try:
             s = self.session
-            idx = s.next_module_index(prefix)
+            counts = s.module_counts  # Session.next_module_index and keep(), spelled out: two frames per module call
+            idx = counts.get(prefix, -1) + 1
+            counts[prefix] = idx
             fkey = names.module_key(prefix, names.FORWARD, idx)
             stack = self.tls.stack
             parent = stack[-1] if stack else None
-            keep = self.keep(fkey, stack)
+            f = s.filters
+            keep = f.keep(fkey, stack) if f.active else True
             stack.append(fkey)
             frame = ModuleFrame(fkey, idx, prefix, keep)
             # what follows opens the step's directory itself where it sends anything (a place, a merge, a stack),
@@ -334,34 +341,46 @@ class Recorder:
     def module_exit(self, frame: ModuleFrame, kwargs: Optional[dict], output: Any,
                     params: Callable[[], Dict[str, Any]]) -> None:
         """Forward hook body: records the outputs and parameters (moving the record to its completion)."""
+        t = self.tls
+        prev = t.busy
+        t.busy = True  # quiet(), spelled out, as are files() and merge(): a module call's hot path
+        guard = self._guard()
+        guard.__enter__()
         try:
-            with self.fw.quiet():
-                stack = self.tls.stack
-                fkey = frame.fkey
-                if stack and stack[-1] == fkey:
-                    stack.pop()
-                elif fkey in stack:
-                    stack.remove(fkey)
-                if frame.keep and self.fwd and (self.outp or self.inp and kwargs):
-                    enc = self.encoder
-                    pending: list = []
-                    members: Dict[str, Any] = {}
-                    if self.inp and kwargs:
-                        members["input_kwargs"] = enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
-                    if self.outp:
-                        value = output if isinstance(output, (list, tuple)) and not hasattr(output, "_fields") \
-                            else [output]
-                        members["output"] = enc.encode(list(value), pending, self.files(fkey, "output"))
-                    if self.params_on:
-                        stem = self.files(fkey, "parameters")
-                        suffix = self.fw.file_suffix
-                        members["parameters"] = {n: enc.tensor(p, pending, f"{stem}.{n}{suffix}" if stem else None)
-                                                 for n, p in params().items()}
-                    self.merge(fkey, members, pending, move=self.outp)
-                if self.session.filters.active:
-                    self.session.filters.finished(fkey)
+            stack = t.stack
+            fkey = frame.fkey
+            if stack and stack[-1] == fkey:
+                stack.pop()
+            elif fkey in stack:
+                stack.remove(fkey)
+            s = self.session
+            if frame.keep and self.fwd and (self.outp or self.inp and kwargs):
+                enc = self.encoder
+                files = enc.some_files and enc.wants_files(fkey)
+                pending: list = []
+                members: Dict[str, Any] = {}
+                if self.inp and kwargs:
+                    members["input_kwargs"] = enc.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
+                if self.outp:
+                    value = output if isinstance(output, (list, tuple)) and not hasattr(output, "_fields") \
+                        else [output]
+                    members["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
+                if self.params_on:
+                    stem = f"{fkey}.parameters" if files else None
+                    suffix = self.fw.file_suffix
+                    members["parameters"] = {n: enc.tensor(p, pending, f"{stem}.{n}{suffix}" if stem else None)
+                                             for n, p in params().items()}
+                w = self.writer
+                if s.ready_kind != "dump" or w.stopped:
+                    s.ensure_open()
+                w.send(made(Merge, (fkey, members, pending or None, self.outp)))
+            if s.filters.active:
+                s.filters.finished(fkey)
         except Exception as exc:
             self.log(f"module hook failed: {type(exc).__name__}: {exc}", frame.fkey)
+        finally:
+            guard.__exit__(None, None, None)
+            t.busy = prev
 
     def module_abandon(self, frame: ModuleFrame) -> None:
         """A module forward that raised: its place in the stack is given up; its inputs stay recorded."""
@@ -391,17 +410,25 @@ class Recorder:
         """The gradients of a module call's inputs are in: its backward record."""
         if self.forked:
             return
-        stack = self.tls.stack
+        t = self.tls
+        stack = t.stack
         if bkey in stack:
             stack.remove(bkey)
-        if not self.session.running or self.tls.busy:
+        s = self.session
+        if not s.running or t.busy:
             return
+        t.busy = True  # quiet() and keep(), spelled out
+        guard = self._guard()
+        guard.__enter__()
         try:
-            with self.fw.quiet():
-                if self.keep(bkey, []):
-                    self.backward_record(bkey, grad_output, grad_input)
+            f = s.filters
+            if not f.active or f.keep(bkey, []):
+                self.backward_record(bkey, grad_output, grad_input)
         except Exception as exc:
             self.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
+        finally:
+            guard.__exit__(None, None, None)
+            t.busy = False
 
     def backward_record(self, bkey: str, grad_out: Any, grad_in: Any) -> None:
         """msprobe's backward record: "input" holds the gradients arriving (of the outputs), "output" the
@@ -423,28 +450,43 @@ class Recorder:
     def param_grad(self, prefix: str, pname: str, grad_of: Callable[[], Any]) -> None:
         """A parameter's gradient accumulated: one member of ``{module}.parameters_grad.{k}``."""
         s = self.session
-        if not s.running or self.tls.busy or self.forked:
+        t = self.tls
+        if not s.running or t.busy or self.forked:
             return
+        t.busy = True  # quiet(), spelled out
+        guard = self._guard()
+        guard.__enter__()
         try:
-            with self.fw.quiet():
-                key = names.param_grad_key(prefix, s.pgrad_index(prefix, pname))
-                # keep(), files() and merge() spelled out: at monitor their three frames per gradient are 2.6 % of a
-                # module call's instructions
-                if s.filters.active and not s.filters.keep(key, []):
-                    return
-                grad = grad_of()
-                pending: list = []
-                enc = self.encoder
-                if isinstance(grad, self.fw.tensor_type):
-                    entry = enc.tensor(grad, pending, f"{key}.{pname}{self.fw.file_suffix}"
-                                       if enc.some_files and enc.wants_files(key) else None)
-                else:
-                    entry = enc.encode(grad, pending, None)
-                if s.ready_kind != "dump" or self.writer.stopped:
-                    s.ensure_open()
-                self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
+            # Session.pgrad_index, keep(), files() and merge() spelled out: at monitor each frame per gradient is
+            # about 1 % of a module call's instructions
+            counts = s.pgrad_counts
+            cur = counts.get(prefix)
+            if cur is None:
+                counts[prefix] = [0, pname]
+                idx = 0
+            else:
+                if cur[1] == pname:
+                    cur[0] += 1
+                idx = cur[0]
+            key = names.param_grad_key(prefix, idx)
+            if s.filters.active and not s.filters.keep(key, []):
+                return
+            grad = grad_of()
+            pending: list = []
+            enc = self.encoder
+            if isinstance(grad, self.fw.tensor_type):
+                entry = enc.tensor(grad, pending, f"{key}.{pname}{self.fw.file_suffix}"
+                                   if enc.some_files and enc.wants_files(key) else None)
+            else:
+                entry = enc.encode(grad, pending, None)
+            if s.ready_kind != "dump" or self.writer.stopped:
+                s.ensure_open()
+            self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
         except Exception as exc:
             self.log(f"capture failed: {type(exc).__name__}: {exc}", f"{prefix[:-1]}.parameters_grad")
+        finally:
+            guard.__exit__(None, None, None)
+            t.busy = False
 
     # ---------------------------------------------------------------- save() at level debug
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:

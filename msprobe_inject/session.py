@@ -94,6 +94,8 @@ class Session:
         self.rank_fixed = False
         self.pid = os.getpid()
         self.api_counts: Dict[str, int] = {}
+        # counted in the recorder's module and gradient hooks themselves (a frame per record less): a module call's
+        # last index per prefix; per module, [index, the parameter whose gradient opens a new index]
         self.module_counts: Dict[str, int] = {}
         self.pgrad_counts: Dict[str, list] = {}
         self.debug_counts: Dict[str, int] = {}
@@ -269,20 +271,6 @@ class Session:
 
     def finish_api(self, base: str) -> None:
         self.api_counts[base] = self.api_counts.get(base, 0) + 1
-
-    def next_module_index(self, base: str) -> int:
-        n = self.module_counts.get(base, -1) + 1
-        self.module_counts[base] = n
-        return n
-
-    def pgrad_index(self, module_key: str, param: str) -> int:
-        cur = self.pgrad_counts.get(module_key)
-        if cur is None:
-            self.pgrad_counts[module_key] = [0, param]
-            return 0
-        if cur[1] == param:
-            cur[0] += 1
-        return cur[0]
 
     def debug_index(self, name: str) -> int:
         n = self.debug_counts.get(name, 0)

@@ -41,6 +41,8 @@ class MindSporeFramework:
     def quiet() -> Quiet:
         return Quiet()
 
+    dispatch_guard = None  # quiet() is the busy flag alone
+
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:
         self.apis = ApiHooks(rec)

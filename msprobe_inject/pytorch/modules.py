@@ -313,64 +313,62 @@ class ModuleHooks:
 
     def _post(self, module, args, kwargs, output=_RAISED):
         """The forward hook; also called by torch as hook(module, args, result) when forward raised
-        (always_call=True drops the kwargs then): the frame is closed, nothing is recorded for it."""
+        (always_call=True drops the kwargs then): the frame is closed, nothing is recorded for it. Its body in
+        one frame with the guard that keeps a tool failure out of the user's forward."""
         try:
-            return self._closing(module, args, kwargs, output)
+            rec = self.rec
+            if dynamo_compiling() or COMPILER._is_compiling_flag or tls.busy or rec.forked:
+                return None
+            raised = output is _RAISED
+            tls.depth = max(0, tls.depth - 1)
+            frames = tls.mframes
+            if not frames:
+                return None
+            frame: Optional[ModuleFrame] = frames.pop()
+            if frame is _RECOMPUTE:
+                tls.recompute = max(0, tls.recompute - 1)
+                if tls.recompute == 0:
+                    tls.in_api = tls.recompute_in_api
+                return None
+            if frame is None:
+                if not raised and tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
+                    rec.step_boundary("forward")
+                return None
+            if raised:
+                rec.module_abandon(frame)
+                return None
+            rec.module_exit(frame, kwargs, output, lambda: dict(_own_parameters(module)))
+            if rec.pgrads:
+                # at every forward of every module: the parameters hooked already (the same objects under the same
+                # names) are found here, without _param_grad_hooks's frames and collections
+                acc = self._acc
+                prefix = frame.prefix
+                for name, p in module._parameters.items():
+                    if p is not None and p.requires_grad:
+                        prev = acc.get((prefix, name))
+                        if prev is None or prev[2]() is not p:
+                            self._param_grad_hooks(module, prefix)
+                            break
+                if type(module).__name__ == "OptimizedModule" and _compiled(module):  # the name first: a frame less
+                    self._compiled_param_hooks(module)
+            bw = frame.backward
+            if bw is None or output is None:
+                return None
+            tls.busy = True  # as in _pre: user-visible tensors, torch-function handling on
+            try:
+                hooked = bw.outputs(output)
+            except Exception as exc:
+                rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", frame.bkey)
+                return None
+            finally:
+                tls.busy = False
+            return hooked if hooked is not output else None
         except Exception as exc:  # never into the user's forward
             try:
                 self.rec.log(f"module hook failed: {type(exc).__name__}: {exc}")
             except Exception:
                 pass
             return None
-
-    def _closing(self, module, args, kwargs, output):
-        rec = self.rec
-        if dynamo_compiling() or COMPILER._is_compiling_flag or tls.busy or rec.forked:
-            return None
-        raised = output is _RAISED
-        tls.depth = max(0, tls.depth - 1)
-        frames = tls.mframes
-        if not frames:
-            return None
-        frame: Optional[ModuleFrame] = frames.pop()
-        if frame is _RECOMPUTE:
-            tls.recompute = max(0, tls.recompute - 1)
-            if tls.recompute == 0:
-                tls.in_api = tls.recompute_in_api
-            return None
-        if frame is None:
-            if not raised and tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
-                rec.step_boundary("forward")
-            return None
-        if raised:
-            rec.module_abandon(frame)
-            return None
-        rec.module_exit(frame, kwargs, output, lambda: dict(_own_parameters(module)))
-        if rec.pgrads:
-            # at every forward of every module: the parameters hooked already (the same objects under the same
-            # names) are found here, without _param_grad_hooks's frames and collections
-            acc = self._acc
-            prefix = frame.prefix
-            for name, p in module._parameters.items():
-                if p is not None and p.requires_grad:
-                    prev = acc.get((prefix, name))
-                    if prev is None or prev[2]() is not p:
-                        self._param_grad_hooks(module, prefix)
-                        break
-            if _compiled(module):
-                self._compiled_param_hooks(module)
-        bw = frame.backward
-        if bw is None or output is None:
-            return None
-        tls.busy = True  # as in _pre: user-visible tensors, torch-function handling on
-        try:
-            hooked = bw.outputs(output)
-        except Exception as exc:
-            rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", frame.bkey)
-            return None
-        finally:
-            tls.busy = False
-        return hooked if hooked is not output else None
 
     # ---- backward ----
     # A call's hooks are partials of methods bound once: one object each, whose arguments (a str) the garbage

@@ -87,6 +87,8 @@ class FakeFramework:
     def make_encoder(self, cfg, tensor_dir, writer) -> FakeEncoder:
         return FakeEncoder(self.fail_on)
 
+    dispatch_guard = None  # quiet() is the busy flag alone
+
     @contextlib.contextmanager
     def quiet(self):
         prev, self.tls.busy = self.tls.busy, True
@@ -299,15 +301,25 @@ def test_a_records_step_directory_check_asks_for_no_rank_and_the_rank_found_late
 
 
 class QuietCounting(FakeFramework):
+    """Counts the quiet sections: quiet() and the guard the recorder's hot hooks enter with the busy flag."""
+
     def __init__(self) -> None:
         super().__init__()
         self.quiets = 0
+        self.busy_in_guard: list = []
+        self.dispatch_guard = self._guard
 
     @contextlib.contextmanager
     def quiet(self):
         self.quiets += 1
         with super().quiet():
             yield
+
+    @contextlib.contextmanager
+    def _guard(self):
+        self.quiets += 1
+        self.busy_in_guard.append(self.tls.busy)
+        yield
 
 
 def test_a_module_call_recording_only_its_outputs_runs_nothing_quiet_before_them_and_lands_in_its_step(tmp_path):
@@ -321,6 +333,8 @@ def test_a_module_call_recording_only_its_outputs_runs_nothing_quiet_before_them
         assert fw.quiets == 0
         rec.module_exit(frame, None, FakeTensor(2.0 + step), dict)
         assert fw.quiets == 1
+        assert fw.busy_in_guard == [True] and not fw.tls.busy  # the hooks pass through inside, not after
+        fw.busy_in_guard.clear()
         fw.quiets = 0
         rec.stop()
         rec.step()
