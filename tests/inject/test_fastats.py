@@ -402,3 +402,42 @@ def test_the_c_xor_is_the_numpy_one(dtype, monkeypatch):
     fast = [encode.xor_hex(t) for t in cases]
     monkeypatch.setattr(encode, "_fast_xor", None)
     assert fast == [encode.xor_hex(t) for t in cases]
+
+
+def _sum_of_squares(x) -> float:
+    """The kernel's sum of squares as its C spells it: per block of 2,048 elements, sixteen float32 lanes, each
+    adding its element's square rounded to float32 first, the lanes then added in order in double; the elements
+    after the last whole group of lanes squared and added in double."""
+    import numpy as np
+
+    lanes, block = 16, 2048
+    full = len(x) - len(x) % lanes
+    total = 0.0
+    for i in range(0, full, block):
+        rows = x[i:min(i + block, full)].reshape(-1, lanes)
+        q = np.zeros(lanes, dtype=np.float32)
+        for row in rows:
+            q = q + row * row  # float32: the product rounded, then the sum (no fused multiply-add)
+        for v in q:
+            total += float(v)
+    for v in x[full:]:
+        total += float(v) * float(v)
+    return total
+
+
+@pytest.mark.skipif(encode._fast_f32 is None, reason="the C kernel is not built")
+@pytest.mark.parametrize("n", [16, 2048 + 21, 65536 + 5, 300_017])
+def test_kernels_sum_of_squares_rounds_each_square_first_whatever_the_cpu(n):
+    """Every clone of the kernel (AVX-512, AVX2, plain) adds the same float32 squares: a fused multiply-add, which
+    a compiler contracts q + v * v into where the instruction set has one, changes the last bits of the Norm from
+    one CPU to the next. The shared read (from 131,072 elements) and the Norm alone (the monitor preset) too."""
+    from msprobe_inject import _fastats
+
+    torch.manual_seed(n)
+    t = torch.randn(n) * 3 + 0.5
+    want = _sum_of_squares(t.numpy())
+    assert _fastats.f32(t.data_ptr(), n)[2] == want
+    assert _fastats.f32_mean(t.data_ptr(), n, 16, 2, 0, 2)[2] == want
+    assert encode.use_fast_entries()
+    entry = _fastats.entries((None, encode._NORM_MODE, 2, None), [t], [])
+    assert entry[0]["Norm"] == math.sqrt(want)
