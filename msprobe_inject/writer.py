@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from .dumpformat import files, journal, paths, stepsummary
 from .dumpformat.documents import StepRecords
 from .dumpformat.encoding import encode, encode_scan, events_into, join_members
-from .dumpformat.nonfinite import has_nonfinite
+from .dumpformat.nonfinite import c_walk, has_nonfinite
 from .entries import untrack
 from .flight import Flight
 
@@ -137,6 +137,8 @@ _csend = journal._send
 _cstack = journal._stack
 if _csend is not None:  # Stack for the stack tail; a build before it takes the first five alone
     journal._send_setup(Record, Merge, Construct, untrack, _BATCH, *((Stack,) if _cstack is not None else ()))
+    if journal._see_setup is not None and c_walk is not None:  # _triggers_see's common answer in the C send
+        journal._see_setup(c_walk)
 # DumpWriter.stack for a stack seen before, called as stack_at(writer, key, skip) from the recording frame (its
 # Python frame, lock and lookup in one C call; False: call DumpWriter.stack), or None where it is not built. It takes
 # the C tail itself: setting _cstack to None after import leaves it on (the recording modules hold it by name)

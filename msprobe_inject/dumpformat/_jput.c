@@ -433,6 +433,86 @@ static PyObject *T_record, *T_merge, *T_construct, *T_stack, *F_untrack, *s_jf, 
     *s_see, *s_put, *s_stacks, *V_set, *V_merge, *V_move, *V_construct, *V_stack, *V_stackdef;
 static Py_ssize_t batch_n;
 
+/* writer._triggers_see(ev, t) for a held step's record, in C where see_setup gave the C walk for a non-finite
+ * statistic (_jenc.nonfinite): that walk over the body (or members), then the spike rule's answer for the key as
+ * Flight.follows keeps it (flight._spike_match; flight.spike_re None: no record is followed). The Python method
+ * decides where the walk declines (None) or the writer has no flight recorder, Flight.follows where the key has no
+ * answer yet. 1, 0, or -1 with an exception set. */
+static PyObject *F_nonfinite, *s_flight, *s_spike_re, *s_spike_match, *s_follows;
+
+static PyObject *
+jsee_setup(PyObject *self, PyObject *fn)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "see_setup(nonfinite): a callable");
+        return NULL;
+    }
+    Py_XSETREF(F_nonfinite, NEW_REF(fn));
+    Py_RETURN_NONE;
+}
+
+static int
+triggers_see(PyObject *w, PyObject *ev, PyObject *t)
+{
+    PyObject *r;
+    if (F_nonfinite == NULL || !PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) < 2)
+        goto python;
+    PyObject *fl = PyObject_GetAttr(w, s_flight);
+    if (fl == NULL)
+        return -1;
+    if (fl == Py_None) {  /* no flight recorder to ask: the method knows what to do */
+        Py_DECREF(fl);
+        goto python;
+    }
+    r = PyObject_CallOneArg(F_nonfinite, PyTuple_GET_ITEM(ev, 1));  /* a Record's body, a Merge's members */
+    if (r == NULL || r == Py_None) {  /* the walk declined: the method decides */
+        Py_DECREF(fl);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        goto python;
+    }
+    int found = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (found != 0) {
+        Py_DECREF(fl);
+        return found;
+    }
+    PyObject *re = PyObject_GetAttr(fl, s_spike_re);
+    if (re == NULL) {
+        Py_DECREF(fl);
+        return -1;
+    }
+    int follows = re == Py_None ? 0 : -2;
+    Py_DECREF(re);
+    if (follows == -2) {
+        PyObject *known = PyObject_GetAttr(fl, s_spike_match);
+        if (known == NULL) {
+            Py_DECREF(fl);
+            return -1;
+        }
+        PyObject *m = PyDict_Check(known) ? PyDict_GetItemWithError(known, PyTuple_GET_ITEM(ev, 0)) : NULL;
+        if (m != NULL)
+            follows = PyObject_IsTrue(m);
+        else if (!PyErr_Occurred()) {  /* not asked yet: Flight.follows answers and keeps the answer */
+            PyObject *got = PyObject_CallMethodOneArg(fl, s_follows, PyTuple_GET_ITEM(ev, 0));
+            follows = got == NULL ? -1 : PyObject_IsTrue(got);
+            Py_XDECREF(got);
+        } else
+            follows = -1;
+        Py_DECREF(known);
+    }
+    Py_DECREF(fl);
+    return follows;
+python:
+    r = PyObject_CallMethodObjArgs(w, s_see, ev, t, NULL);
+    if (r == NULL)
+        return -1;
+    int see = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return see;
+}
+
 static PyObject *
 jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -618,11 +698,7 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (is_held < 0)
         goto done;
     if (is_held) {  /* a held step's record is its journal's alone unless the triggers look at it */
-        PyObject *seen = PyObject_CallMethodObjArgs(w, s_see, ev, t, NULL);
-        if (seen == NULL)
-            goto done;
-        int see = PyObject_IsTrue(seen);
-        Py_DECREF(seen);
+        int see = triggers_see(w, ev, t);
         if (see < 0)
             goto done;
         if (!see) {
@@ -903,6 +979,9 @@ static PyMethodDef methods[] = {
      "stack_at(writer, key, skip) -> bool: DumpWriter.stack for a stack seen before (see the comment above "
      "jstack_at)."},
     {"stack_setup", (PyCFunction)jstack_setup, METH_O, "stack_setup(sig): the stack signature stack_at takes."},
+    {"see_setup", (PyCFunction)jsee_setup, METH_O,
+     "see_setup(nonfinite): the C walk for a non-finite statistic (None where it declines) that send asks of a held "
+     "step's records before writer._triggers_see."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -921,6 +1000,12 @@ PyInit__jput(void)
     s_q = PyUnicode_InternFromString("_q");
     s_sent = PyUnicode_InternFromString("records_sent");
     s_see = PyUnicode_InternFromString("_triggers_see");
+    s_flight = PyUnicode_InternFromString("flight");
+    s_spike_re = PyUnicode_InternFromString("spike_re");
+    s_spike_match = PyUnicode_InternFromString("_spike_match");
+    s_follows = PyUnicode_InternFromString("follows");
+    if (!s_flight || !s_spike_re || !s_spike_match || !s_follows)
+        return NULL;
     s_put = PyUnicode_InternFromString("put");
     V_set = PyUnicode_InternFromString("set");
     V_merge = PyUnicode_InternFromString("merge");

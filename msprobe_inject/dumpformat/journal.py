@@ -48,6 +48,7 @@ _send_setup = getattr(_jput, "send_setup", None)
 _stack = getattr(_jput, "stack", None)  # a writer's stack tail for a known stack, the same way
 _stack_at = getattr(_jput, "stack_at", None)  # a writer's stack() for a known stack, in one call from the recording
 _stack_setup = getattr(_jput, "stack_setup", None)
+_see_setup = getattr(_jput, "see_setup", None)  # the C walk send asks of a held step's records (nonfinite.c_walk)
 _slots_setup = getattr(_jput, "slots_setup", None)  # which attributes those calls read at their slots' offsets
 
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only

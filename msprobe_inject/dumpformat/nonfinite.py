@@ -20,6 +20,9 @@ try:  # built with the package where a C compiler is available
     from ._jenc import nonfinite as _c_nonfinite
 except ImportError:
     _c_nonfinite = None
+# has_nonfinite's C walk alone (True, False, or None where it declines and _walk decides), or None where not built:
+# the journal's C send asks it of a flight recorder's held records without has_nonfinite's frame
+c_walk = _c_nonfinite
 
 
 def is_nonfinite(value: Any) -> bool:

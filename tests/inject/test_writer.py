@@ -567,11 +567,14 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
     members with and without statistics still to read, module-tree places (their frames wait for the next record),
     values marshal does not take, records past the journal's chunk (its growth is the Python path's), a held step's
     records and places that its triggers look at or not, and pushes."""
+    import math
     import random
     import shutil
 
     from msprobe_inject import writer
     from msprobe_inject.dumpformat import journal
+    from msprobe_inject.dumpformat.nonfinite import has_nonfinite
+    from msprobe_inject.flight import Flight
     from msprobe_inject.writer import Construct, DumpWriter, Merge, Open, Record
 
     if writer._csend is None:
@@ -581,10 +584,15 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
         pass
 
     rng = random.Random(seed)
+    nans = random.Random(-1 - seed)
     events = []
     for i in range(700):
-        key = f"Functional.relu.{i}.forward" + (".seen" if rng.random() < 0.3 else "")
-        body = {"input_args": [{"Max": rng.uniform(-9, 9), "shape": [4, 4]}], "output": [None, True, "s", i]}
+        # keys recur (a loop's calls): the spike rule's answer for a key is asked again, and kept
+        key = f"Functional.relu.{i % 97}.forward" + (".seen" if rng.random() < 0.3 else "")
+        big = rng.uniform(-9, 9)
+        if nans.random() < 0.05:  # the triggers look at a NaN (its own generator: the events stay the same)
+            big = math.nan
+        body = {"input_args": [{"Max": big, "shape": [4, 4]}], "output": [None, True, "s", i]}
         pick = rng.random()
         if pick < 0.15:
             ev = Construct(key, rng.choice([None, "Module.m.0.forward"]))
@@ -610,7 +618,8 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
         d = str(tmp_path / "d" / "step0" / "rank0")
         w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
         w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
-        w._triggers_see = lambda ev, t: ev.key.endswith(".seen")
+        # what the triggers look at: a NaN anywhere in the record, and the records the spike rule follows
+        w.flight = Flight(4, 1, 1 << 20, 2.0, r"\.seen$", has_nonfinite)
         queue, batches = w._q, []
         w._q = _Collecting(batches)
         for ev, push, held in events:
@@ -619,7 +628,7 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
         batches.append(list(w._buf))
         with open(w._jf.path, "rb") as fh:
             ops = list(journal._ops(fh.read()))
-        w._held, w._q, w._buf = False, queue, []
+        w._held, w._q, w._buf, w.flight = False, queue, [], None
         w.close()
         handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
         return ops, handed, w.records_sent
@@ -634,6 +643,9 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
     differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[1], slow[1])) if a != b]
     assert not differ and len(fast[1]) == len(slow[1]), differ[:1]
     assert sum(map(len, fast[1])) < len(events)  # a held step's unseen records stay out
+    nan_held = {ev.key for ev, _, held in events if held and type(ev) is Record and not ev.pending
+                and not ev.key.endswith(".seen") and has_nonfinite(ev.body)}
+    assert nan_held and nan_held <= {e[1] for b in fast[1] for e in b}  # seen for their NaN alone
     assert fast[2] == slow[2] == sum(type(ev) is not Construct for ev, _, _ in events)
 
 
