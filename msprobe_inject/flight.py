@@ -85,6 +85,8 @@ class Flight:
         self.own: Optional[Dict[str, Any]] = None  # this rank's first trigger, when it fired one
         self.window: Optional[Tuple[int, int]] = None
         self.over = False  # the window has been written: recording stops
+        # the spike rule's answer per record key, kept by follows(); read by name, with spike_re, by the journal's C
+        # send for a held step's records (_jput.c triggers_see): a change to either is made there too
         self._spike_match: Dict[str, bool] = {}
         self._history: Dict[str, Deque[float]] = {}
         self._step_norms: Dict[str, float] = {}

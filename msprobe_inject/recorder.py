@@ -59,7 +59,8 @@ class Recorder:
         self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
         self.tls = fw.tls
         # quiet() spelled out in the hot hooks (module outputs, backward records, gradients): the busy flag and this
-        # guard, without the context manager's two frames per record
+        # guard, without the context manager's two frames per record; entered inside the hooks' own error handling,
+        # and the flag put back whatever the guard does
         self._guard: Callable[[], Any] = fw.dispatch_guard or nullcontext
         self.level = cfg.level
         self.api_level = cfg.level in ("L1", "mix")
@@ -344,9 +345,11 @@ class Recorder:
         t = self.tls
         prev = t.busy
         t.busy = True  # quiet(), spelled out, as are files() and merge(): a module call's hot path
-        guard = self._guard()
-        guard.__enter__()
+        guard = None
         try:
+            g = self._guard()
+            g.__enter__()
+            guard = g
             stack = t.stack
             fkey = frame.fkey
             if stack and stack[-1] == fkey:
@@ -379,8 +382,11 @@ class Recorder:
         except Exception as exc:
             self.log(f"module hook failed: {type(exc).__name__}: {exc}", frame.fkey)
         finally:
-            guard.__exit__(None, None, None)
-            t.busy = prev
+            try:
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+            finally:
+                t.busy = prev
 
     def module_abandon(self, frame: ModuleFrame) -> None:
         """A module forward that raised: its place in the stack is given up; its inputs stay recorded."""
@@ -417,18 +423,24 @@ class Recorder:
         s = self.session
         if not s.running or t.busy:
             return
+        prev = t.busy
         t.busy = True  # quiet() and keep(), spelled out
-        guard = self._guard()
-        guard.__enter__()
+        guard = None
         try:
+            g = self._guard()
+            g.__enter__()
+            guard = g
             f = s.filters
             if not f.active or f.keep(bkey, []):
                 self.backward_record(bkey, grad_output, grad_input)
         except Exception as exc:
             self.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
         finally:
-            guard.__exit__(None, None, None)
-            t.busy = False
+            try:
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+            finally:
+                t.busy = prev
 
     def backward_record(self, bkey: str, grad_out: Any, grad_in: Any) -> None:
         """msprobe's backward record: "input" holds the gradients arriving (of the outputs), "output" the
@@ -453,10 +465,13 @@ class Recorder:
         t = self.tls
         if not s.running or t.busy or self.forked:
             return
+        prev = t.busy
         t.busy = True  # quiet(), spelled out
-        guard = self._guard()
-        guard.__enter__()
+        guard = None
         try:
+            g = self._guard()
+            g.__enter__()
+            guard = g
             # Session.pgrad_index, keep(), files() and merge() spelled out: at monitor each frame per gradient is
             # about 1 % of a module call's instructions
             counts = s.pgrad_counts
@@ -485,8 +500,11 @@ class Recorder:
         except Exception as exc:
             self.log(f"capture failed: {type(exc).__name__}: {exc}", f"{prefix[:-1]}.parameters_grad")
         finally:
-            guard.__exit__(None, None, None)
-            t.busy = False
+            try:
+                if guard is not None:
+                    guard.__exit__(None, None, None)
+            finally:
+                t.busy = prev
 
     # ---------------------------------------------------------------- save() at level debug
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:

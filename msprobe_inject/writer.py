@@ -351,7 +351,8 @@ class DumpWriter:
 
     def _triggers_see(self, ev: Any, t: type) -> bool:
         """Whether the flight recorder's triggers look at this record of a held step: one whose figures hold a
-        NaN/Inf, or one the spike rule follows."""
+        NaN/Inf, or one the spike rule follows. The journal's C send answers the same question itself (_jput.c
+        triggers_see) and calls this only where its walk declines: a change here is made there too."""
         return has_nonfinite(ev.body if t is Record else ev.members) or self.flight.follows(ev.key)
 
     def _journal_lost(self, jf: journal.JournalFile) -> None:

@@ -191,6 +191,41 @@ def test_module_backward_and_parameter_gradients(tmp_path):
     assert "Module.fc.Linear.parameters_grad.2" not in data
 
 
+class _GuardFails:
+    """A dispatch guard whose entry fails (the framework's own error)."""
+
+    def __enter__(self):
+        raise RuntimeError("guard refused")
+
+    def __exit__(self, *exc):
+        raise AssertionError("a guard that was never entered is not left")
+
+
+@pytest.mark.filterwarnings("ignore:.*guard refused:RuntimeWarning")
+def test_a_failing_dispatch_guard_stays_in_the_hooks_and_leaves_the_thread_recording(tmp_path):
+    """The hot hooks enter the framework's dispatch guard themselves (quiet() spelled out): a guard that fails is a
+    logged tool error, never an exception into the forward or backward pass, and the busy flag goes back, so the
+    next record is made."""
+    fw = FakeFramework()
+    fw.dispatch_guard = _GuardFails
+    rec, _ = _recorder(tmp_path, fw)
+    rec.start(model=object())
+    frame = rec.module_enter("Module.fc.Linear.", (FakeTensor(1.0),), None)
+    rec.module_exit(frame, None, FakeTensor(2.0), dict)
+    rec.module_backward(frame.bkey, (FakeTensor(3.0),), (FakeTensor(4.0),))
+    rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(5.0))
+    assert not fw.tls.busy
+    fw.dispatch_guard = None
+    rec._guard = contextlib.nullcontext
+    rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(6.0))
+    rec.stop()
+    data = _data(tmp_path)["data"]
+    # the failed gradient counted nothing: the next one is the module's first
+    assert data["Module.fc.Linear.parameters_grad.0"] == {"weight": [{"type": "fake.Tensor", "Max": 6.0}]}
+    log = (tmp_path / "d" / "step0" / "rank3" / "dump_error_info.log").read_text()
+    assert log.count("guard refused") == 3, log
+
+
 def test_steps_counters_and_step_selection(tmp_path):
     rec, fw = _recorder(tmp_path, step=[0, 1])
     for _ in range(3):

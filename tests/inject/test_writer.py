@@ -560,8 +560,9 @@ def _counting(real, taken: list):
     return counted
 
 
+@pytest.mark.parametrize("spike", [True, False])  # a spike rule, and none (spike factor 0)
 @pytest.mark.parametrize("seed", range(3))
-def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, monkeypatch, seed):
+def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, monkeypatch, seed, spike):
     """DumpWriter.send's common case in one C call (_jput.send): the same journal operations, the same events handed to
     the writer thread in the same batches and the same count of records sent as send() in Python, for records and
     members with and without statistics still to read, module-tree places (their frames wait for the next record),
@@ -619,7 +620,7 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
         w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
         w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
         # what the triggers look at: a NaN anywhere in the record, and the records the spike rule follows
-        w.flight = Flight(4, 1, 1 << 20, 2.0, r"\.seen$", has_nonfinite)
+        w.flight = Flight(4, 1, 1 << 20, 2.0 if spike else 0.0, r"\.seen$", has_nonfinite)
         queue, batches = w._q, []
         w._q = _Collecting(batches)
         for ev, push, held in events:
