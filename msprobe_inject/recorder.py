@@ -18,7 +18,6 @@ import signal
 import threading
 import time
 import weakref
-from contextlib import nullcontext
 from typing import Any, Callable, Dict, List, Optional
 
 from . import values
@@ -59,9 +58,9 @@ class Recorder:
         self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
         self.tls = fw.tls
         # quiet() spelled out in the hot hooks (module outputs, backward records, gradients): the busy flag and this
-        # guard, without the context manager's two frames per record; entered inside the hooks' own error handling,
-        # and the flag put back whatever the guard does
-        self._guard: Callable[[], Any] = fw.dispatch_guard or nullcontext
+        # guard (None: the flag alone), without the context manager's two frames per record; entered inside the
+        # hooks' own error handling, and the flag put back whatever the guard does
+        self._guard: Optional[Callable[[], Any]] = fw.dispatch_guard
         self.level = cfg.level
         self.api_level = cfg.level in ("L1", "mix")
         self.module_level = cfg.level in ("L0", "mix")
@@ -347,9 +346,11 @@ class Recorder:
         t.busy = True  # quiet(), spelled out, as are files() and merge(): a module call's hot path
         guard = None
         try:
-            g = self._guard()
-            g.__enter__()
-            guard = g
+            g = self._guard
+            if g is not None:
+                g = g()
+                g.__enter__()
+                guard = g
             stack = t.stack
             fkey = frame.fkey
             if stack and stack[-1] == fkey:
@@ -427,9 +428,11 @@ class Recorder:
         t.busy = True  # quiet() and keep(), spelled out
         guard = None
         try:
-            g = self._guard()
-            g.__enter__()
-            guard = g
+            g = self._guard
+            if g is not None:
+                g = g()
+                g.__enter__()
+                guard = g
             f = s.filters
             if not f.active or f.keep(bkey, []):
                 self.backward_record(bkey, grad_output, grad_input)
@@ -469,9 +472,11 @@ class Recorder:
         t.busy = True  # quiet(), spelled out
         guard = None
         try:
-            g = self._guard()
-            g.__enter__()
-            guard = g
+            g = self._guard
+            if g is not None:
+                g = g()
+                g.__enter__()
+                guard = g
             # Session.pgrad_index, keep(), files() and merge() spelled out: at monitor each frame per gradient is
             # about 1 % of a module call's instructions
             counts = s.pgrad_counts

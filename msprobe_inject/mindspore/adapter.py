@@ -41,7 +41,7 @@ class MindSporeFramework:
     def quiet() -> Quiet:
         return Quiet()
 
-    dispatch_guard = None  # quiet() is the busy flag alone
+    dispatch_guard = None  # quiet() is the busy flag alone: the recorder's hot bodies enter no guard
 
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:
