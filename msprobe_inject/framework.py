@@ -10,7 +10,9 @@ boundaries of zero-code runs), ``encode.py`` (values to msprobe's encodings, wit
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
+
+from .threadstate import QuietSections
 
 
 class Encoder(Protocol):
@@ -59,13 +61,10 @@ class Framework(Protocol):
 
     def make_encoder(self, cfg: Any, tensor_dir: Callable[[], str], writer: Any) -> Encoder: ...
 
-    def quiet(self) -> ContextManager[None]:
-        """Run the recorder's own tensor work: hooks pass straight through (busy) while it runs."""
-
-    # what quiet() enters besides the busy flag, as a type whose instances are context managers (torch: its
-    # DisableTorchFunction, a C type: the recorder's hot hooks spell quiet() out with it, two frames fewer per
-    # record), or None where quiet() is the busy flag alone
-    dispatch_guard: Optional[type]
+    # Sections of the recorder's own tensor work (threadstate.quiet_sections over tls): hooks pass straight through
+    # (busy) while one runs, and the framework's dispatch handling of user code is off (torch: DisableTorchFunction).
+    # ``with quiet():`` or, per record, ``sec = quiet.enter()`` ... ``quiet.leave(sec)``.
+    quiet: QuietSections
 
     def install(self, recorder: Any) -> None:
         """Install the global hooks (modules, optimizer steps) that stay for the process's life."""

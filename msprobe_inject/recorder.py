@@ -57,10 +57,9 @@ class Recorder:
         self.writer = self.session.writer
         self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
         self.tls = fw.tls
-        # quiet() spelled out in the hot hooks (module outputs, backward records, gradients): the busy flag and this
-        # guard (None: the flag alone), without the context manager's two frames per record; entered inside the
-        # hooks' own error handling, and the flag put back whatever the guard does
-        self._guard: Optional[Callable[[], Any]] = fw.dispatch_guard
+        self._quiet = fw.quiet
+        # bound once: the per-record bodies enter a section each, inside their own error handling
+        self._enter_quiet, self._leave_quiet = fw.quiet.enter, fw.quiet.leave
         self.level = cfg.level
         self.api_level = cfg.level in ("L1", "mix")
         self.module_level = cfg.level in ("L0", "mix")
@@ -324,13 +323,16 @@ class Recorder:
                 self.place(fkey, parent)
             if keep and self.fwd:
                 if self.inp:
-                    with self.fw.quiet():
+                    sec = self._enter_quiet()
+                    try:
                         pending: list = []
                         enc = self.encoder
                         members = {"input_args": enc.encode(list(args), pending, self.files(fkey, "input")),
                                    "input_kwargs": enc.encode(dict(kwargs), pending, self.files(fkey, "kwargs"))
                                    if kwargs else {}}
                         self.merge(fkey, members, pending)
+                    finally:
+                        self._leave_quiet(sec)
                 if self.extra:
                     self.stack(fkey, 4)
             return frame
@@ -341,53 +343,43 @@ class Recorder:
     def module_exit(self, frame: ModuleFrame, kwargs: Optional[dict], output: Any,
                     params: Callable[[], Dict[str, Any]]) -> None:
         """Forward hook body: records the outputs and parameters (moving the record to its completion)."""
-        t = self.tls
-        prev = t.busy
-        t.busy = True  # quiet(), spelled out, as are files() and merge(): a module call's hot path
-        guard = None
         try:
-            g = self._guard
-            if g is not None:
-                g = g()
-                g.__enter__()
-                guard = g
-            stack = t.stack
-            fkey = frame.fkey
-            if stack and stack[-1] == fkey:
-                stack.pop()
-            elif fkey in stack:
-                stack.remove(fkey)
-            s = self.session
-            if frame.keep and self.fwd and (self.outp or self.inp and kwargs):
-                enc = self.encoder
-                files = enc.some_files and enc.wants_files(fkey)
-                pending: list = []
-                members: Dict[str, Any] = {}
-                if self.inp and kwargs:
-                    members["input_kwargs"] = enc.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
-                if self.outp:
-                    value = output if isinstance(output, (list, tuple)) and not hasattr(output, "_fields") \
-                        else [output]
-                    members["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
-                if self.params_on:
-                    stem = f"{fkey}.parameters" if files else None
-                    suffix = self.fw.file_suffix
-                    members["parameters"] = {n: enc.tensor(p, pending, f"{stem}.{n}{suffix}" if stem else None)
-                                             for n, p in params().items()}
-                w = self.writer
-                if s.ready_kind != "dump" or w.stopped:
-                    s.ensure_open()
-                w.send(made(Merge, (fkey, members, pending or None, self.outp)))
-            if s.filters.active:
-                s.filters.finished(fkey)
+            sec = self._enter_quiet()  # files() and merge() spelled out: a module call's hot path
+            try:
+                stack = self.tls.stack
+                fkey = frame.fkey
+                if stack and stack[-1] == fkey:
+                    stack.pop()
+                elif fkey in stack:
+                    stack.remove(fkey)
+                s = self.session
+                if frame.keep and self.fwd and (self.outp or self.inp and kwargs):
+                    enc = self.encoder
+                    files = enc.some_files and enc.wants_files(fkey)
+                    pending: list = []
+                    members: Dict[str, Any] = {}
+                    if self.inp and kwargs:
+                        members["input_kwargs"] = enc.encode(dict(kwargs), pending,
+                                                             f"{fkey}.kwargs" if files else None)
+                    if self.outp:
+                        value = output if isinstance(output, (list, tuple)) and not hasattr(output, "_fields") \
+                            else [output]
+                        members["output"] = enc.encode(list(value), pending, f"{fkey}.output" if files else None)
+                    if self.params_on:
+                        stem = f"{fkey}.parameters" if files else None
+                        suffix = self.fw.file_suffix
+                        members["parameters"] = {n: enc.tensor(p, pending, f"{stem}.{n}{suffix}" if stem else None)
+                                                 for n, p in params().items()}
+                    w = self.writer
+                    if s.ready_kind != "dump" or w.stopped:
+                        s.ensure_open()
+                    w.send(made(Merge, (fkey, members, pending or None, self.outp)))
+                if s.filters.active:
+                    s.filters.finished(fkey)
+            finally:
+                self._leave_quiet(sec)
         except Exception as exc:
             self.log(f"module hook failed: {type(exc).__name__}: {exc}", frame.fkey)
-        finally:
-            try:
-                if guard is not None:
-                    guard.__exit__(None, None, None)
-            finally:
-                t.busy = prev
 
     def module_abandon(self, frame: ModuleFrame) -> None:
         """A module forward that raised: its place in the stack is given up; its inputs stay recorded."""
@@ -424,26 +416,16 @@ class Recorder:
         s = self.session
         if not s.running or t.busy:
             return
-        prev = t.busy
-        t.busy = True  # quiet() and keep(), spelled out
-        guard = None
         try:
-            g = self._guard
-            if g is not None:
-                g = g()
-                g.__enter__()
-                guard = g
-            f = s.filters
-            if not f.active or f.keep(bkey, []):
-                self.backward_record(bkey, grad_output, grad_input)
+            sec = self._enter_quiet()
+            try:
+                f = s.filters  # keep(), spelled out
+                if not f.active or f.keep(bkey, []):
+                    self.backward_record(bkey, grad_output, grad_input)
+            finally:
+                self._leave_quiet(sec)
         except Exception as exc:
             self.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
-        finally:
-            try:
-                if guard is not None:
-                    guard.__exit__(None, None, None)
-            finally:
-                t.busy = prev
 
     def backward_record(self, bkey: str, grad_out: Any, grad_in: Any) -> None:
         """msprobe's backward record: "input" holds the gradients arriving (of the outputs), "output" the
@@ -468,48 +450,38 @@ class Recorder:
         t = self.tls
         if not s.running or t.busy or self.forked:
             return
-        prev = t.busy
-        t.busy = True  # quiet(), spelled out
-        guard = None
         try:
-            g = self._guard
-            if g is not None:
-                g = g()
-                g.__enter__()
-                guard = g
-            # Session.pgrad_index, keep(), files() and merge() spelled out: at monitor each frame per gradient is
-            # about 1 % of a module call's instructions
-            counts = s.pgrad_counts
-            cur = counts.get(prefix)
-            if cur is None:
-                counts[prefix] = [0, pname]
-                idx = 0
-            else:
-                if cur[1] == pname:
-                    cur[0] += 1
-                idx = cur[0]
-            key = names.param_grad_key(prefix, idx)
-            if s.filters.active and not s.filters.keep(key, []):
-                return
-            grad = grad_of()
-            pending: list = []
-            enc = self.encoder
-            if isinstance(grad, self.fw.tensor_type):
-                entry = enc.tensor(grad, pending, f"{key}.{pname}{self.fw.file_suffix}"
-                                   if enc.some_files and enc.wants_files(key) else None)
-            else:
-                entry = enc.encode(grad, pending, None)
-            if s.ready_kind != "dump" or self.writer.stopped:
-                s.ensure_open()
-            self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
+            sec = self._enter_quiet()
+            try:
+                # Session.pgrad_index, keep(), files() and merge() spelled out: at monitor each frame per gradient is
+                # about 1 % of a module call's instructions
+                counts = s.pgrad_counts
+                cur = counts.get(prefix)
+                if cur is None:
+                    counts[prefix] = [0, pname]
+                    idx = 0
+                else:
+                    if cur[1] == pname:
+                        cur[0] += 1
+                    idx = cur[0]
+                key = names.param_grad_key(prefix, idx)
+                if s.filters.active and not s.filters.keep(key, []):
+                    return
+                grad = grad_of()
+                pending: list = []
+                enc = self.encoder
+                if isinstance(grad, self.fw.tensor_type):
+                    entry = enc.tensor(grad, pending, f"{key}.{pname}{self.fw.file_suffix}"
+                                       if enc.some_files and enc.wants_files(key) else None)
+                else:
+                    entry = enc.encode(grad, pending, None)
+                if s.ready_kind != "dump" or self.writer.stopped:
+                    s.ensure_open()
+                self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
+            finally:
+                self._leave_quiet(sec)
         except Exception as exc:
             self.log(f"capture failed: {type(exc).__name__}: {exc}", f"{prefix[:-1]}.parameters_grad")
-        finally:
-            try:
-                if guard is not None:
-                    guard.__exit__(None, None, None)
-            finally:
-                t.busy = prev
 
     # ---------------------------------------------------------------- save() at level debug
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
@@ -523,7 +495,7 @@ class Recorder:
             self.log(f"save(): unsupported type {type(variable).__name__} for '{name}', skipped")
             return
         try:
-            with self.fw.quiet():
+            with self._quiet():
                 s.ensure_open("debug")
                 count = s.debug_index(name)
                 key = names.debug_key(name, count)
@@ -550,7 +522,7 @@ class Recorder:
                 if os.getpid() != self.pid:
                     return
                 try:
-                    with self.fw.quiet():
+                    with self._quiet():
                         pending: list = []
                         fname = ".".join([gkey, *map(str, path)]) + suffix if files else None
                         entry = self.encoder.tensor(grad, pending, fname)

@@ -20,7 +20,7 @@ from mindspore import ops
 from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Merge, Record
-from .state import DIFF_DTYPES, diff_tensor, requires_grad, tls
+from .state import DIFF_DTYPES, Quiet, diff_tensor, requires_grad, tls
 
 _DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "mindspore_apis.json")
 
@@ -291,23 +291,21 @@ class ApiHooks:
         pending = []
         call_args = args
         bstate = None
-        tls.busy = True
         try:
-            if self.rec.fwd and self.rec.inp:
-                files = self.rec.encoder.wants_files(fkey)
-                enc = self.rec.encoder
-                body["input_args"] = enc.encode(list(args), pending, f"{fkey}.input" if files else None)
-                body["input_kwargs"] = enc.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
-            if self.rec.fwd and self.rec.extra:
-                s.writer.stack(fkey, 2)
-            if grad:
-                bstate = {"key": bkey, "set": False, "in": None, "out": None}
-                if not is_inplace(api):
-                    call_args = self._hook_inputs(args, bstate, per_input=prefix == "Primitive")
+            with Quiet():
+                if self.rec.fwd and self.rec.inp:
+                    files = self.rec.encoder.wants_files(fkey)
+                    enc = self.rec.encoder
+                    body["input_args"] = enc.encode(list(args), pending, f"{fkey}.input" if files else None)
+                    body["input_kwargs"] = enc.encode(dict(kwargs), pending, f"{fkey}.kwargs" if files else None)
+                if self.rec.fwd and self.rec.extra:
+                    s.writer.stack(fkey, 2)
+                if grad:
+                    bstate = {"key": bkey, "set": False, "in": None, "out": None}
+                    if not is_inplace(api):
+                        call_args = self._hook_inputs(args, bstate, per_input=prefix == "Primitive")
         except Exception as exc:
             self.rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
-        finally:
-            tls.busy = False
         tls.in_api = True
         try:
             out = func(*call_args, **kwargs)
@@ -320,30 +318,28 @@ class ApiHooks:
             raise
         tls.in_api = False
         s.finish_api(base)
-        tls.busy = True
         try:
-            if prefix in DIST_PREFIXES:
-                out = self._dist_sync(func, api, args, kwargs, out)
-            if self.rec.fwd and self.rec.outp:
-                files = self.rec.encoder.wants_files(fkey)
-                if prefix in ARGS_AS_OUTPUT:
-                    value = list(args) + list(kwargs.values())
-                else:
-                    value = list(out) if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out]
-                body["output"] = self.rec.encoder.encode(value, pending, f"{fkey}.output" if files else None)
-            if self.rec.fwd:
-                s.ensure_open()
-                s.writer.send(Record(fkey, body, pending or None))
-            if self.rec.construct:
-                s.ensure_open()
-                s.writer.send(Construct(fkey, stack[-1] if stack else None))
-            s.filters.finished(fkey)
-            if bstate is not None and not is_inplace(api):
-                out = self._hook_outputs(out, bstate)
+            with Quiet():
+                if prefix in DIST_PREFIXES:
+                    out = self._dist_sync(func, api, args, kwargs, out)
+                if self.rec.fwd and self.rec.outp:
+                    files = self.rec.encoder.wants_files(fkey)
+                    if prefix in ARGS_AS_OUTPUT:
+                        value = list(args) + list(kwargs.values())
+                    else:
+                        value = list(out) if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out]
+                    body["output"] = self.rec.encoder.encode(value, pending, f"{fkey}.output" if files else None)
+                if self.rec.fwd:
+                    s.ensure_open()
+                    s.writer.send(Record(fkey, body, pending or None))
+                if self.rec.construct:
+                    s.ensure_open()
+                    s.writer.send(Construct(fkey, stack[-1] if stack else None))
+                s.filters.finished(fkey)
+                if bstate is not None and not is_inplace(api):
+                    out = self._hook_outputs(out, bstate)
         except Exception as exc:
             self.rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
-        finally:
-            tls.busy = False
         return out
 
     @staticmethod
@@ -428,13 +424,11 @@ class ApiHooks:
         def hook(grads):
             if rec.forked or rec.session.ended:
                 return None
-            tls.busy = True
             try:
-                on_grads(grads)
+                with Quiet():
+                    on_grads(grads)
             except Exception as exc:
                 rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bstate['key'])
-            finally:
-                tls.busy = False
             return None
 
         return hook

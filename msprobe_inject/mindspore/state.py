@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import mindspore as ms
 
-from ..threadstate import thread_state
+from ..threadstate import quiet_sections, thread_state
 
 DIFF_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64, ms.complex64, ms.complex128)
 try:
@@ -28,17 +28,9 @@ _FIELDS = (
 tls = thread_state(_FIELDS)
 
 
-class Quiet:
-    """The tool's own tensor work: wrappers and hooks pass straight through while it runs."""
-
-    __slots__ = ("_prev",)
-
-    def __enter__(self) -> None:
-        self._prev = tls.busy
-        tls.busy = True
-
-    def __exit__(self, *exc: Any) -> None:
-        tls.busy = self._prev
+# The tool's own tensor work: wrappers and hooks pass straight through while it runs. Quiet() is one section, entered
+# with `with` (the busy flag alone: MindSpore has no dispatch guard to enter).
+Quiet = quiet_sections(tls, None)
 
 
 def requires_grad() -> bool:

@@ -14,7 +14,7 @@ from ..recorder import Recorder
 from . import encode
 from .apis import ApiHooks
 from .modules import ModuleHooks
-from .state import _NO_TF, Quiet, tls
+from .state import Quiet, tls
 from .stepping import OptimizerHooks
 
 _dist = torch.distributed
@@ -56,8 +56,7 @@ class TorchFramework:
         self._encoder = encode.Encoder(cfg, tensor_dir, writer)
         return self._encoder
 
-    quiet = Quiet  # a class: fw.quiet() makes the context manager without a call in between
-    dispatch_guard = _NO_TF  # what Quiet enters besides the busy flag (the recorder's hot hooks spell it out)
+    quiet = Quiet  # not a function: fw.quiet() makes the section without a call in between
 
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:

@@ -19,8 +19,10 @@ from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Record, made, stack_at
 from . import apinames
-from .state import _NO_TF, COMPILER, Quiet, dynamo_compiling, hook_after, tls
+from .state import COMPILER, Quiet, dynamo_compiling, hook_after, tls
 
+# a quiet section per record (state.Quiet): its two methods bound once, so that a record looks up neither
+_enter_quiet, _leave_quiet = Quiet.enter, Quiet.leave
 _DROPOUT = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _FunctionType = type(lambda: None)
 _UNSEEN = object()
@@ -204,31 +206,30 @@ class ApiHooks:
         enc = rec.encoder
         files = False
         t = tls
-        t.busy = True  # Quiet, spelled out: four calls fewer per recorded call
-        guard = _NO_TF()
-        guard.__enter__()
         try:
-            files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, asked once for the three stems
-            if rec.fwd and rec.inp:
-                a, kw = respelled if respelled is not None else (args, kwargs)
-                if kw and "out" in kw:
-                    # an out= buffer (inductor's generated calls pass one) holds uninitialised memory until the call
-                    # writes it: it is the output, recorded after the call, never an input
-                    kw = {k: v for k, v in kw.items() if k != "out"}
-                if prefix in ("Distributed", "NPU"):
-                    pos = (_IGNORE.get((prefix, api)) or {}).get("input", ())
-                    if pos:
-                        a = [None if i in pos else v for i, v in enumerate(a)]
-                        kw = {k: (None if k in pos else v) for k, v in kw.items()}
-                body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
-                body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None) if kw else {}
-                if rec.extra and (stack_at is None or not stack_at(rec.writer, fkey, 2)):
-                    rec.writer.stack(fkey, 2)
+            sec = _enter_quiet()
+            try:
+                files = enc.some_files and enc.wants_files(fkey)  # Recorder.files' test, once for the three stems
+                if rec.fwd and rec.inp:
+                    a, kw = respelled if respelled is not None else (args, kwargs)
+                    if kw and "out" in kw:
+                        # an out= buffer (inductor's generated calls pass one) holds uninitialised memory until the
+                        # call writes it: it is the output, recorded after the call, never an input
+                        kw = {k: v for k, v in kw.items() if k != "out"}
+                    if prefix in ("Distributed", "NPU"):
+                        pos = (_IGNORE.get((prefix, api)) or {}).get("input", ())
+                        if pos:
+                            a = [None if i in pos else v for i, v in enumerate(a)]
+                            kw = {k: (None if k in pos else v) for k, v in kw.items()}
+                    body["input_args"] = enc.encode(list(a), pending, f"{fkey}.input" if files else None)
+                    body["input_kwargs"] = enc.encode(dict(kw), pending, f"{fkey}.kwargs" if files else None) \
+                        if kw else {}
+                    if rec.extra and (stack_at is None or not stack_at(rec.writer, fkey, 2)):
+                        rec.writer.stack(fkey, 2)
+            finally:
+                _leave_quiet(sec)
         except Exception as exc:
             rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
-        finally:
-            guard.__exit__(None, None, None)
-            t.busy = False
         t.in_api = True
         try:
             out = func(*args, **kwargs)
@@ -236,36 +237,36 @@ class ApiHooks:
             t.in_api = False
         counts = s.api_counts  # Session.finish_api, spelled out: a frame per recorded call
         counts[base] = counts.get(base, 0) + 1
-        t.busy = True
-        guard = _NO_TF()
-        guard.__enter__()
         try:
-            if rec.fwd:
-                if rec.outp:
-                    if prefix == "Distributed":
-                        value = list(args) + list(kwargs.values())
-                        pos = (_IGNORE.get((prefix, api)) or {}).get("output", ())
-                        value = [None if i in pos else v for i, v in enumerate(value)]
-                    elif type(out) is _TENSOR:
-                        value = [out]
-                    else:
-                        value = list(out if isinstance(out, (list, tuple)) and not hasattr(out, "_fields") else [out])
-                    body["output"] = enc.encode(value, pending, f"{fkey}.output" if files else None)
-                w = rec.writer
-                if s.ready_kind != "dump" or w.stopped:  # Session.ensure_open's test, spelled out
-                    s.ensure_open()
-                w.send(made(Record, (fkey, body, pending or None)))
-            if rec.construct:
-                rec.writer.send(made(Construct, (fkey, self._parent(stack))))
-            if filters.active:
-                filters.finished(fkey)
-            if rec.bwd and prefix != "Distributed":
-                self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs, True)
+            sec = _enter_quiet()
+            try:
+                if rec.fwd:
+                    if rec.outp:
+                        if prefix == "Distributed":
+                            value = list(args) + list(kwargs.values())
+                            pos = (_IGNORE.get((prefix, api)) or {}).get("output", ())
+                            value = [None if i in pos else v for i, v in enumerate(value)]
+                        elif type(out) is _TENSOR:
+                            value = [out]
+                        else:
+                            value = list(out if isinstance(out, (list, tuple)) and not hasattr(out, "_fields")
+                                         else [out])
+                        body["output"] = enc.encode(value, pending, f"{fkey}.output" if files else None)
+                    w = rec.writer
+                    if s.ready_kind != "dump" or w.stopped:  # Session.ensure_open's test, spelled out
+                        s.ensure_open()
+                    w.send(made(Record, (fkey, body, pending or None)))
+                if rec.construct:
+                    rec.writer.send(made(Construct, (fkey, self._parent(stack))))
+                if filters.active:
+                    filters.finished(fkey)
+                if rec.bwd and prefix != "Distributed":
+                    self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs,
+                                            True)
+            finally:
+                _leave_quiet(sec)
         except Exception as exc:
             rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
-        finally:
-            guard.__exit__(None, None, None)
-            t.busy = False
         return out
 
     def _filtered(self, func, base, idx, fkey, prefix, api, args, kwargs, stack):
@@ -312,19 +313,17 @@ class ApiHooks:
         t = tls
         if t.busy or rec.forked or rec.session.ended:
             return None
-        t.busy = True  # Quiet, spelled out as in call_api: two frames fewer per backward record
-        guard = _NO_TF()
-        guard.__enter__()
         try:
-            if rec.construct:
-                rec.place(bkey, t.stack[-1] if t.stack else None)
-            if record and (not rec.session.filters.active or rec.keep(bkey, [])):
-                rec.backward_record(bkey, grad_outputs, grad_inputs)
+            sec = _enter_quiet()
+            try:
+                if rec.construct:
+                    rec.place(bkey, t.stack[-1] if t.stack else None)
+                if record and (not rec.session.filters.active or rec.keep(bkey, [])):
+                    rec.backward_record(bkey, grad_outputs, grad_inputs)
+            finally:
+                _leave_quiet(sec)
         except Exception as exc:
             rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
-        finally:
-            guard.__exit__(None, None, None)
-            t.busy = False
         return None
 
     def call_custom(self, func, prefix: str, api: str, args, kwargs):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .. import nodehook
-from ..threadstate import thread_state
+from ..threadstate import quiet_sections, thread_state
 
 _NO_TF = torch._C.DisableTorchFunction
 
@@ -48,17 +48,7 @@ _FIELDS = (
 tls = thread_state(_FIELDS)
 
 
-class Quiet:
-    """The tool's own tensor work: hooks pass straight through (busy) and our calls skip torch-function handling
-    (the dump mode's Python handler costs microseconds per attribute read in hooks that run while it is pushed)."""
-
-    __slots__ = ("_guard",)
-
-    def __enter__(self) -> None:
-        tls.busy = True
-        guard = self._guard = _NO_TF()
-        guard.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._guard.__exit__(None, None, None)
-        tls.busy = False
+# The tool's own tensor work: hooks pass straight through (busy) and our calls skip torch-function handling (the dump
+# mode's Python handler costs microseconds per attribute read in hooks that run while it is pushed). Quiet() is one
+# section, entered with `with`: in C, no interpreter frame (threadstate.quiet_sections).
+Quiet = quiet_sections(tls, _NO_TF)

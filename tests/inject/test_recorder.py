@@ -13,6 +13,7 @@ import pytest
 
 from msprobe_inject import config
 from msprobe_inject.recorder import Recorder
+from msprobe_inject.threadstate import quiet_sections
 
 
 class FakeTensor:
@@ -87,15 +88,9 @@ class FakeFramework:
     def make_encoder(self, cfg, tensor_dir, writer) -> FakeEncoder:
         return FakeEncoder(self.fail_on)
 
-    dispatch_guard = None  # quiet() is the busy flag alone
-
-    @contextlib.contextmanager
+    @property
     def quiet(self):
-        prev, self.tls.busy = self.tls.busy, True
-        try:
-            yield
-        finally:
-            self.tls.busy = prev
+        return quiet_sections(self.tls, None)
 
     def install(self, recorder: Recorder) -> None:
         self.rec = recorder
@@ -201,21 +196,26 @@ class _GuardFails:
         raise AssertionError("a guard that was never entered is not left")
 
 
+def _use_quiet(rec: Recorder, quiet) -> None:
+    """The sections the recorder's bodies enter from now on, as it reads them from fw.quiet when made."""
+    rec._quiet, rec._enter_quiet, rec._leave_quiet = quiet, quiet.enter, quiet.leave
+
+
 @pytest.mark.filterwarnings("ignore:.*guard refused:RuntimeWarning")
 def test_a_failing_dispatch_guard_stays_in_the_hooks_and_leaves_the_thread_recording(tmp_path):
-    """The hot hooks enter the framework's dispatch guard themselves (quiet() spelled out): a guard that fails is a
-    logged tool error, never an exception into the forward or backward pass, and the busy flag goes back, so the
-    next record is made."""
+    """The hot hooks enter a quiet section per record, inside their own error handling: a dispatch guard that fails
+    is a logged tool error, never an exception into the forward or backward pass, and the busy flag goes back, so
+    the next record is made."""
     fw = FakeFramework()
-    fw.dispatch_guard = _GuardFails
     rec, _ = _recorder(tmp_path, fw)
     rec.start(model=object())
     frame = rec.module_enter("Module.fc.Linear.", (FakeTensor(1.0),), None)
+    _use_quiet(rec, quiet_sections(fw.tls, _GuardFails))
     rec.module_exit(frame, None, FakeTensor(2.0), dict)
     rec.module_backward(frame.bkey, (FakeTensor(3.0),), (FakeTensor(4.0),))
     rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(5.0))
     assert not fw.tls.busy
-    rec._guard = None  # the busy flag alone, as MindSpore's
+    _use_quiet(rec, quiet_sections(fw.tls, None))  # the busy flag alone, as MindSpore's
     rec.param_grad("Module.fc.Linear.", "weight", lambda: FakeTensor(6.0))
     rec.stop()
     data = _data(tmp_path)["data"]
@@ -335,19 +335,16 @@ def test_a_records_step_directory_check_asks_for_no_rank_and_the_rank_found_late
 
 
 class QuietCounting(FakeFramework):
-    """Counts the quiet sections: quiet() and the guard the recorder's hot hooks enter with the busy flag."""
+    """Counts the quiet sections, and the busy flag inside each: a guard that counts its entries."""
 
     def __init__(self) -> None:
         super().__init__()
         self.quiets = 0
         self.busy_in_guard: list = []
-        self.dispatch_guard = self._guard
 
-    @contextlib.contextmanager
+    @property
     def quiet(self):
-        self.quiets += 1
-        with super().quiet():
-            yield
+        return quiet_sections(self.tls, self._guard)
 
     @contextlib.contextmanager
     def _guard(self):

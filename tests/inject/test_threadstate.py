@@ -24,6 +24,22 @@ def _local():
     return threadstate.thread_state(FIELDS)
 
 
+def _switching(work, rounds: int) -> None:
+    """work(k) in 8 threads and this one (k 99), rounds times, the interpreter switching threads constantly."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(rounds):
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+            for t in threads:
+                t.start()
+            work(99)
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_the_adapter_uses_it_and_a_threads_first_values_are_threading_locals():
     assert type(state.tls) is tstate.Local and type(_local()) is tstate.Local
     done: list = []
@@ -42,8 +58,6 @@ def test_the_adapter_uses_it_and_a_threads_first_values_are_threading_locals():
 @pytest.mark.parametrize("make", [threadstate.thread_state, threadstate.PyLocal])
 def test_each_thread_reads_back_what_it_set_while_the_interpreter_switches_threads_constantly(make):
     loc = make(FIELDS)
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
     bad: list = []
 
     def work(k: int) -> None:
@@ -55,16 +69,7 @@ def test_each_thread_reads_back_what_it_set_while_the_interpreter_switches_threa
                 bad.append((k, i))
                 return
 
-    try:
-        for _ in range(5):
-            threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-            for t in threads:
-                t.start()
-            work(99)
-            for t in threads:
-                t.join()
-    finally:
-        sys.setswitchinterval(before)
+    _switching(work, 5)
     assert bad == []
     assert loc.depth == 99 * 100_000 + 2999 and loc.busy is True
 
@@ -115,3 +120,115 @@ def test_a_forked_child_has_its_parent_threads_values():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+# ---- quiet sections (threadstate.quiet_sections: _tstate.Quiet in C, PyQuiet in Python) ----
+
+class _Guard:
+    """A dispatch guard that logs its entries and exits, and fails where told."""
+
+    log: list = []
+    fail_enter = False
+    fail_exit = False
+
+    def __enter__(self):
+        _Guard.log.append(("enter", state_busy()))
+        if _Guard.fail_enter:
+            raise RuntimeError("enter refused")
+
+    def __exit__(self, *exc):
+        _Guard.log.append(("exit", state_busy()))
+        if _Guard.fail_exit:
+            raise KeyError("exit refused")
+
+
+_LOC: list = []
+
+
+def state_busy():
+    return _LOC[0].busy
+
+
+def _sections(kind: str, guard=_Guard):
+    loc = _local() if kind == "c" else threadstate.PyLocal(FIELDS)
+    _LOC[:] = [loc]
+    _Guard.log, _Guard.fail_enter, _Guard.fail_exit = [], False, False
+    return loc, threadstate.quiet_sections(loc, guard)
+
+
+@pytest.mark.parametrize("kind", ["c", "python"])
+def test_a_quiet_section_sets_the_flag_inside_the_guard_and_puts_back_what_was_there(kind):
+    loc, quiet = _sections(kind)
+    assert (type(quiet) is tstate.Quiet) == (kind == "c")
+    loc.busy = "before"  # not a bool: what was there comes back, not False
+    with quiet():
+        assert loc.busy is True
+        with quiet():  # nested: the inner one puts back True
+            pass
+        assert loc.busy is True
+    assert loc.busy == "before"
+    assert _Guard.log == [("enter", True), ("enter", True), ("exit", True), ("exit", True)]
+    with pytest.raises(ValueError):
+        with quiet():
+            raise ValueError("the section's own error goes on")
+    assert loc.busy == "before" and _Guard.log[-1] == ("exit", True)
+    sec = quiet.enter()  # the per-record bodies' form: the same section
+    assert loc.busy is True and _Guard.log[-1] == ("enter", True)
+    quiet.leave(sec)
+    assert loc.busy == "before" and _Guard.log[-1] == ("exit", True)
+    loc.busy = False
+    _Guard.log.clear()
+    _, bare = _sections(kind, None)
+    _LOC[:] = [loc]
+    with bare():
+        pass
+    assert _Guard.log == []
+
+
+@pytest.mark.parametrize("kind", ["c", "python"])
+def test_a_guard_that_fails_leaves_the_flag_as_it_was(kind):
+    loc, quiet = _sections(kind)
+    _Guard.fail_enter = True
+    with pytest.raises(RuntimeError, match="enter refused"):
+        with quiet():
+            raise AssertionError("a section whose guard failed is not entered")
+    assert loc.busy is False and _Guard.log == [("enter", True)]
+    _Guard.fail_enter, _Guard.fail_exit = False, True
+    with pytest.raises(KeyError, match="exit refused"):
+        with quiet():
+            pass
+    assert loc.busy is False
+
+
+@pytest.mark.parametrize("kind", ["c", "python"])
+def test_each_thread_enters_its_own_sections_while_the_interpreter_switches_threads_constantly(kind):
+    loc, quiet = _sections(kind, None)
+    bad: list = []
+
+    def work(k: int) -> None:
+        for i in range(2000):
+            if loc.busy is not False:
+                bad.append((k, i, "before"))
+                return
+            with quiet():
+                if loc.busy is not True:
+                    bad.append((k, i, "inside"))
+                    return
+        loc.depth = k
+
+    _switching(work, 3)
+    assert bad == [] and loc.busy is False
+
+
+def test_the_adapters_quiet_is_the_c_section_with_torchs_dispatch_guard():
+    import torch
+
+    assert type(state.Quiet) is tstate.Quiet
+    state.tls.busy = False
+    with state.Quiet():
+        assert state.tls.busy is True and not torch._C._is_torch_function_enabled()
+    assert state.tls.busy is False and torch._C._is_torch_function_enabled()
+    with pytest.raises(ValueError, match="no attribute 'other'"):
+        tstate.Quiet(_local(), "other", None)
+    with pytest.raises(TypeError):
+        tstate.Quiet(threadstate.PyLocal(FIELDS), "busy", None)  # the C section sets a C Local's flag
