@@ -257,6 +257,32 @@ struct QuietObject {
 static PyTypeObject QuietType, SectionType;
 static PyObject *str_enter, *str_exit, *empty_tuple; /* made at import */
 
+/* the error set, taken out and put back (the flag is set back in between) */
+typedef struct {
+    PyObject *type, *value, *tb;
+} SavedError;
+
+static void
+save_error(SavedError *e)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    e->type = e->tb = NULL;
+    e->value = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&e->type, &e->value, &e->tb);
+#endif
+}
+
+static void
+restore_error(SavedError *e)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(e->value);
+#else
+    PyErr_Restore(e->type, e->value, e->tb);
+#endif
+}
+
 /* set the calling thread's flag to v (a new reference is taken); -1 with an error set */
 static int
 set_flag(QuietObject *q, PyObject *v)
@@ -296,13 +322,13 @@ section_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
             r = q->enter != NULL && (PyObject *)Py_TYPE(g) == q->guard ? PyObject_Vectorcall(q->enter, &g, 1, NULL)
                                                                       : PyObject_CallMethodNoArgs(g, str_enter);
         if (r == NULL) {
+            SavedError err;
+            save_error(&err); /* first: the guard's finaliser may run Python code */
             Py_XDECREF(g);
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
             if (set_flag(q, prev) < 0) /* the section was not entered: the flag as it was */
                 PyErr_Clear();
             Py_DECREF(prev);
-            PyErr_Restore(t, v, tb);
+            restore_error(&err);
             return NULL;
         }
         Py_DECREF(r);
@@ -324,23 +350,23 @@ section_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     PyObject *g = self->entered, *r = Py_None;
     self->entered = NULL;
     self->prev = NULL;
+    SavedError err = {NULL, NULL, NULL};
     if (g != NULL) {
         PyObject *call[4] = {g, Py_None, Py_None, Py_None};
         QuietObject *q = self->quiet;
         r = q->exit != NULL && (PyObject *)Py_TYPE(g) == q->guard ? PyObject_Vectorcall(q->exit, call, 4, NULL)
                                                                   : PyObject_VectorcallMethod(str_exit, call, 4, NULL);
+        if (r == NULL)
+            save_error(&err); /* the guard's error: raised once the flag is back */
         Py_DECREF(g);
     } else
         Py_INCREF(r);
-    PyObject *t = NULL, *v = NULL, *tb = NULL;
-    if (r == NULL)
-        PyErr_Fetch(&t, &v, &tb); /* the guard's error: raised once the flag is back */
     int bad = set_flag(self->quiet, prev); /* whatever the guard's exit did */
     Py_DECREF(prev);
     if (r == NULL) {
         if (bad < 0)
             PyErr_Clear();
-        PyErr_Restore(t, v, tb);
+        restore_error(&err);
         return NULL;
     }
     Py_DECREF(r);

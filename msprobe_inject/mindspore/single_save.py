@@ -71,13 +71,10 @@ def save(save_dir: str, name: str, data: Any) -> None:
     """Save a Tensor, or a list/tuple/dict nesting Tensors, as .npy files of the current step."""
     if not isinstance(save_dir, str) or not isinstance(name, str):
         raise TypeError("save(save_dir, name, data): save_dir and name must be str")
-    from .state import tls
+    from .state import Quiet
 
-    busy, tls.busy = tls.busy, True  # our own tensor reads must not be recorded by an L1 dump
-    try:
+    with Quiet():  # our own tensor reads must not be recorded by an L1 dump
         _save(save_dir, name, data)
-    finally:
-        tls.busy = busy
 
 
 def save_grad(save_dir: str, name: str, data: ms.Tensor) -> ms.Tensor:
@@ -89,16 +86,13 @@ def save_grad(save_dir: str, name: str, data: ms.Tensor) -> ms.Tensor:
     gname = f"{name}_grad"
 
     def hook(grad):
-        from .state import tls
+        from .state import Quiet
 
-        busy, tls.busy = tls.busy, True
-        try:
+        with Quiet():
             if isinstance(grad, tuple):
                 grad = grad[0] if grad else None
             if isinstance(grad, ms.Tensor):
                 _write(save_dir, gname, grad)
-        finally:
-            tls.busy = busy
         return None  # the gradient flows on unchanged
 
     return ops.HookBackward(hook)(data)

@@ -275,14 +275,14 @@ class ApiHooks:
         out = rec.call_through(func, args, kwargs, base)
         if rec.construct and rec.level == "mix":
             # msprobe records the tree position of filtered APIs too
-            with Quiet():
-                try:
+            try:  # the section inside: a failing guard is a logged tool error, the user's call has returned
+                with Quiet():
                     rec.session.ensure_open()
                     rec.writer.send(made(Construct, (fkey, self._parent(stack))))
                     self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
                                             kwargs, False)
-                except Exception as exc:
-                    rec.log(f"construct capture failed: {exc}", fkey)
+            except Exception as exc:
+                rec.log(f"construct capture failed: {exc}", fkey)
         return out
 
     def _parent(self, stack):

@@ -202,7 +202,14 @@ def test_a_guard_that_fails_leaves_the_flag_as_it_was(kind):
 
 @pytest.mark.parametrize("kind", ["c", "python"])
 def test_each_thread_enters_its_own_sections_while_the_interpreter_switches_threads_constantly(kind):
-    loc, quiet = _sections(kind, None)
+    class Slow:  # a guard running Python code, so that threads switch inside the sections' enter and exit too
+        def __enter__(self):
+            sum(range(3))
+
+        def __exit__(self, *exc):
+            sum(range(3))
+
+    loc, quiet = _sections(kind, Slow)
     bad: list = []
 
     def work(k: int) -> None:
@@ -214,6 +221,8 @@ def test_each_thread_enters_its_own_sections_while_the_interpreter_switches_thre
                 if loc.busy is not True:
                     bad.append((k, i, "inside"))
                     return
+            sec = quiet.enter()
+            quiet.leave(sec)
         loc.depth = k
 
     _switching(work, 3)
