@@ -37,7 +37,7 @@ class MindSporeFramework:
     def make_encoder(cfg: Any, tensor_dir: Callable[[], str], writer: Any) -> encode.Encoder:
         return encode.Encoder(cfg, tensor_dir, writer)
 
-    quiet = Quiet  # not a function: fw.quiet() makes the section without a call in between
+    quiet = Quiet  # the sections object itself (not a function, so not bound to the adapter): fw.quiet.enter() etc.
 
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:

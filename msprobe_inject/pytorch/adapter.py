@@ -56,7 +56,7 @@ class TorchFramework:
         self._encoder = encode.Encoder(cfg, tensor_dir, writer)
         return self._encoder
 
-    quiet = Quiet  # not a function: fw.quiet() makes the section without a call in between
+    quiet = Quiet  # the sections object itself (not a function, so not bound to the adapter): fw.quiet.enter() etc.
 
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:
