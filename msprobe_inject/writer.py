@@ -658,7 +658,11 @@ class DumpWriter:
                 st.light = ev.held  # else no spill: its records are kept here
                 return False
         try:
-            files.makedirs(ev.directory, ev.header.get("_root"))
+            if ev.journal is None or fl is not None:
+                # open_step made the directory for the step's journal in it: asking again is nine file-system
+                # calls per rank and step (metadata requests on a shared file system). A flight recorder's journal is
+                # node-local, and a step its window takes is made here
+                files.makedirs(ev.directory, ev.header.get("_root"))
             self._write_documents()  # msprobe writes empty files at the first start() of a step
         except OSError as exc:
             self._dir_failed(ev.directory, exc)

@@ -131,6 +131,32 @@ def test_a_finished_steps_journal_is_removed_unless_kept(tmp_path):
         assert load_dump(kept, step) == load_dump(default, step)
 
 
+def test_the_writer_asks_for_no_directory_the_training_thread_made(tmp_path, monkeypatch):
+    """open_step makes the step's directory for its journal there; the writer thread does not make it again (nine
+    file-system calls per rank and step: metadata requests on a shared file system) and writes the documents in it."""
+    from msprobe_inject.dumpformat import files
+    from msprobe_inject.writer import DumpWriter
+
+    made: list = []
+    real = files.makedirs
+
+    def spy(path, root=None):
+        made.append(threading.current_thread().name)
+        return real(path, root)
+
+    monkeypatch.setattr(files, "makedirs", spy)
+    w = DumpWriter(lambda pending: None, lambda t, p: None)
+    for step in range(2):
+        d = str(tmp_path / f"step{step}" / "rank0")
+        w.open_step(d, {"task": "statistics", "level": "L0", "dump_data_dir": None, "_root": str(tmp_path)})
+        w.flush()
+        with open(os.path.join(d, "dump.json")) as fh:
+            assert json.load(fh)["data"] == {}
+        w.flush(finish=True)
+    w.close()
+    assert made.count("msprobe-writer") == 0 and made.count(threading.current_thread().name) == 2, made
+
+
 def _writer_run(tmp_path, monkeypatch, **kw):
     from msprobe_inject.writer import DumpWriter, Record
 
