@@ -124,6 +124,20 @@ local_getattro(PyObject *op, PyObject *name)
     return v;
 }
 
+/* the calling thread's value i replaced by v (a reference taken); the old value returned (a new reference: the
+ * caller drops it last, its finaliser may run Python code), NULL with an error set */
+static PyObject *
+swap(LocalObject *self, Py_ssize_t i, PyObject *v)
+{
+    PyObject *vals = values(self);
+    if (vals == NULL)
+        return NULL;
+    Py_INCREF(v);
+    PyObject *old = PyList_GET_ITEM(vals, i);
+    PyList_SET_ITEM(vals, i, v);
+    return old;
+}
+
 static int
 local_setattro(PyObject *op, PyObject *name, PyObject *v)
 {
@@ -137,12 +151,9 @@ local_setattro(PyObject *op, PyObject *name, PyObject *v)
         PyErr_Format(PyExc_AttributeError, "'Local' attribute '%U' cannot be deleted", name);
         return -1;
     }
-    PyObject *vals = values(self);
-    if (vals == NULL)
+    PyObject *old = swap(self, i, v);
+    if (old == NULL)
         return -1;
-    Py_INCREF(v);
-    PyObject *old = PyList_GET_ITEM(vals, i);
-    PyList_SET_ITEM(vals, i, v);
     Py_DECREF(old); /* last: its finaliser may run Python code, the new value already in place */
     return 0;
 }
@@ -255,7 +266,7 @@ struct QuietObject {
 
 
 static PyTypeObject QuietType, SectionType;
-static PyObject *str_enter, *str_exit, *empty_tuple; /* made at import */
+static PyObject *str_enter, *str_exit; /* interned at import */
 
 /* the error set, taken out and put back (the flag is set back in between) */
 typedef struct {
@@ -283,16 +294,13 @@ restore_error(SavedError *e)
 #endif
 }
 
-/* set the calling thread's flag to v (a new reference is taken); -1 with an error set */
+/* the calling thread's flag set back to v; -1 with an error set */
 static int
-set_flag(QuietObject *q, PyObject *v)
+put_back(QuietObject *q, PyObject *v)
 {
-    PyObject *vals = values(q->local);
-    if (vals == NULL)
+    PyObject *old = swap(q->local, q->index, v);
+    if (old == NULL)
         return -1;
-    Py_INCREF(v);
-    PyObject *old = PyList_GET_ITEM(vals, q->index);
-    PyList_SET_ITEM(vals, q->index, v);
     Py_DECREF(old);
     return 0;
 }
@@ -306,15 +314,9 @@ section_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_RuntimeError, "a quiet section is entered once");
         return NULL;
     }
-    PyObject *vals = values(q->local);
-    if (vals == NULL)
+    PyObject *prev = swap(q->local, q->index, Py_True);
+    if (prev == NULL)
         return NULL;
-    PyObject *prev = PyList_GET_ITEM(vals, q->index);
-    Py_INCREF(prev);
-    if (set_flag(q, Py_True) < 0) {
-        Py_DECREF(prev);
-        return NULL;
-    }
     if (q->guard != NULL) {
         PyObject *g = PyObject_CallNoArgs(q->guard);
         PyObject *r = NULL;
@@ -325,7 +327,7 @@ section_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
             SavedError err;
             save_error(&err); /* first: the guard's finaliser may run Python code */
             Py_XDECREF(g);
-            if (set_flag(q, prev) < 0) /* the section was not entered: the flag as it was */
+            if (put_back(q, prev) < 0) /* the section was not entered: the flag as it was */
                 PyErr_Clear();
             Py_DECREF(prev);
             restore_error(&err);
@@ -361,7 +363,7 @@ section_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(g);
     } else
         Py_INCREF(r);
-    int bad = set_flag(self->quiet, prev); /* whatever the guard's exit did */
+    int bad = put_back(self->quiet, prev); /* whatever the guard's exit did */
     Py_DECREF(prev);
     if (r == NULL) {
         if (bad < 0)
@@ -402,26 +404,32 @@ static PyTypeObject SectionType = {
 };
 
 static PyObject *
-quiet_call(PyObject *op, PyObject *args, PyObject *kwds)
+new_section(PyObject *quiet)
 {
-    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "a quiet section takes no arguments");
-        return NULL;
-    }
     SectionObject *s = PyObject_New(SectionObject, &SectionType);
     if (s == NULL)
         return NULL;
-    Py_INCREF(op);
-    s->quiet = (QuietObject *)op;
+    Py_INCREF(quiet);
+    s->quiet = (QuietObject *)quiet;
     s->prev = NULL;
     s->entered = NULL;
     return (PyObject *)s;
 }
 
 static PyObject *
+quiet_call(PyObject *op, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "a quiet section takes no arguments");
+        return NULL;
+    }
+    return new_section(op);
+}
+
+static PyObject *
 quiet_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *sec = quiet_call(op, empty_tuple, NULL);
+    PyObject *sec = new_section(op);
     if (sec == NULL)
         return NULL;
     PyObject *r = section_enter(sec, NULL);
@@ -547,8 +555,7 @@ PyInit__tstate(void)
         return NULL;
     str_enter = PyUnicode_InternFromString("__enter__");
     str_exit = PyUnicode_InternFromString("__exit__");
-    empty_tuple = PyTuple_New(0);
-    if (str_enter == NULL || str_exit == NULL || empty_tuple == NULL)
+    if (str_enter == NULL || str_exit == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

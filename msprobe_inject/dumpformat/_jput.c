@@ -433,6 +433,18 @@ static PyObject *T_record, *T_merge, *T_construct, *T_stack, *F_untrack, *s_jf, 
     *s_see, *s_put, *s_stacks, *V_set, *V_merge, *V_move, *V_construct, *V_stack, *V_stackdef;
 static Py_ssize_t batch_n;
 
+/* a *_setup(fn) call: fn kept in *slot, or a TypeError saying what it takes */
+static PyObject *
+set_callable(PyObject **slot, PyObject *fn, const char *usage)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    Py_XSETREF(*slot, NEW_REF(fn));
+    Py_RETURN_NONE;
+}
+
 /* writer._triggers_see(ev, t) for a held step's record, in C where see_setup gave the C walk for a non-finite
  * statistic (_jenc.nonfinite): that walk over the body (or members), then the spike rule's answer for the key as
  * Flight.follows keeps it (flight._spike_match; flight.spike_re None: no record is followed). The Python method
@@ -443,12 +455,7 @@ static PyObject *F_nonfinite, *s_flight, *s_spike_re, *s_spike_match, *s_follows
 static PyObject *
 jsee_setup(PyObject *self, PyObject *fn)
 {
-    if (!PyCallable_Check(fn)) {
-        PyErr_SetString(PyExc_TypeError, "see_setup(nonfinite): a callable");
-        return NULL;
-    }
-    Py_XSETREF(F_nonfinite, NEW_REF(fn));
-    Py_RETURN_NONE;
+    return set_callable(&F_nonfinite, fn, "see_setup(nonfinite): a callable");
 }
 
 static int
@@ -901,12 +908,7 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 jstack_setup(PyObject *self, PyObject *sig)
 {
-    if (!PyCallable_Check(sig)) {
-        PyErr_SetString(PyExc_TypeError, "stack_setup(sig)");
-        return NULL;
-    }
-    Py_XSETREF(F_sig, NEW_REF(sig));
-    Py_RETURN_NONE;
+    return set_callable(&F_sig, sig, "stack_setup(sig)");
 }
 
 /* slots_setup(type, names): the names among those that are slots of type (its own member descriptors of object
