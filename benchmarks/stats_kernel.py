@@ -43,9 +43,9 @@ def run(name: str, steps: int, warmup: int, tmp: str, baseline: str) -> dict:
                     steps, warmup)
     handed = [0]
 
-    def counting(value, *rest):
+    def counting(ctx, value, *rest):  # called as the encoder calls it: entries(ctx, value, pending)
         handed[0] += _bytes(value)
-        return ways["now"](value, *rest)
+        return ways["now"](ctx, value, *rest)
 
     enc._entries = counting
     train_step(model, opt, ids, debugger)

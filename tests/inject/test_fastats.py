@@ -441,3 +441,69 @@ def test_kernels_sum_of_squares_rounds_each_square_first_whatever_the_cpu(n):
     assert encode.use_fast_entries()
     entry = _fastats.entries((None, encode._NORM_MODE, 2, None), [t], [])
     assert entry[0]["Norm"] == math.sqrt(want)
+
+
+def _first_max_min(x, piece: int = 0) -> tuple:
+    """The kernel's max and min as its C keeps them over each piece of ``piece`` elements (0: the whole buffer) in
+    turn: sixteen lanes, each keeping the first of its elements equal to its largest (smallest) value, then the lanes
+    in order, each taken only where strictly larger (smaller) than the figure so far, then the piece's elements after
+    its last whole group of lanes: of -0.0 and 0.0, whichever comes first that way."""
+    lanes = 16
+    big, small = -math.inf, math.inf
+    for start in range(0, len(x), piece or len(x)):
+        part = x[start:start + piece] if piece else x
+        full = len(part) - len(part) % lanes
+        if full:
+            rows = part[:full].reshape(-1, lanes)
+            top, bottom = rows.max(axis=0), rows.min(axis=0)
+            first_top = (rows == top).argmax(axis=0)  # the first row where each lane meets its extreme
+            first_bottom = (rows == bottom).argmax(axis=0)
+            for k in range(lanes):
+                v, w = float(rows[first_top[k], k]), float(rows[first_bottom[k], k])
+                big = v if v > big else big
+                small = w if w < small else small
+        for v in part[full:]:
+            big = float(v) if v > big else big
+            small = float(v) if v < small else small
+    return big, small
+
+
+@pytest.mark.skipif(encode._fast_f32 is None, reason="the C kernel is not built")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kernels_blocks_read_two_at_a_time_keep_the_first_of_equal_zeros(seed):
+    """The kernel reads two blocks of 2,048 elements at a time (two chains of additions instead of one) and folds
+    each block's max and min into the lanes in block order: the figures are those of one block after the other,
+    down to which zero (-0.0 or 0.0) a max or min of zero keeps, lane by lane; and the sum of squares is the same
+    additions. Zeros of both signs spread over the lanes of both blocks of a group, on sizes around the groups'
+    edges; the plain read over the whole buffer, the CRC read and the mean's (serial and shared) over pieces of
+    4,096 elements (each piece's lanes folded in turn)."""
+    import numpy as np
+
+    from msprobe_inject import _fastats
+
+    rng = np.random.default_rng(seed)
+    for n in (4096, 4096 + 16, 4096 * 2 + 16 * 7 + 5, 2048 * 5 + 3, 65536 + 2048 + 17, (1 << 17) + 4096 * 3 + 9,
+              (1 << 20) + 3):
+        for sign in (1.0, -1.0) if n < 1 << 20 else ():  # the max at zero, then the min
+            x = -sign * rng.uniform(0.5, 2.0, n).astype(np.float32)
+            zeros = rng.random(n) < rng.choice([0.002, 0.05, 0.5])
+            x[zeros] = np.where(rng.random(int(zeros.sum())) < 0.5, np.float32(-0.0), np.float32(0.0))
+            t = torch.from_numpy(x)
+            whole, pieces, q = _first_max_min(x), _first_max_min(x, 4096), _sum_of_squares(x)
+            a = t.data_ptr()
+            for got, want in ((_fastats.f32(a, n), whole), (_fastats.f32_crc(a, n), pieces),
+                              (_fastats.f32_mean(a, n, 16, 2, 0, 1), pieces),
+                              (_fastats.f32_mean(a, n, 16, 2, 1, 2), pieces)):
+                assert (repr(got[0]), repr(got[1]), got[2]) == (repr(want[0]), repr(want[1]), q), (n, sign)
+        # blocks whose squares are up to twelve orders of magnitude apart: their lanes' sums added in double are not
+        # exact, so the order of the blocks' additions shows in the last bits
+        scale = 10.0 ** rng.integers(-3, 4, n // 2048 + 1).repeat(2048)[:n]
+        x = (rng.standard_normal(n) * scale).astype(np.float32)
+        t = torch.from_numpy(x)
+        q = _sum_of_squares(x)
+        assert [f(t.data_ptr(), n)[2] for f in (_fastats.f32, _fastats.f32_crc)] == [q, q], n
+        a = t.data_ptr()
+        assert _fastats.f32_mean(a, n, 16, 2, 0, 1)[2] == _fastats.f32_mean(a, n, 16, 2, 0, 2)[2] == q, n
+        assert encode.use_fast_entries()
+        for threads in (1, 2):  # the Norm alone (the monitor preset), from 131,072 elements shared with torch's threads
+            assert _fastats.entries((None, encode._NORM_MODE, threads, None), [t], [])[0]["Norm"] == math.sqrt(q), n
