@@ -70,12 +70,12 @@ f32_block(const float *x, Py_ssize_t m, float *mx, float *mn, float *q)
 static inline __attribute__((always_inline)) void
 f32_group(const float *x, float *mx, float *mn, float *q)
 {
-    float bx[GROUP][LANES], bn[GROUP][LANES];
+    float bx[GROUP][LANES], bn[GROUP][LANES], bq[GROUP][LANES]; /* local: each a register through the loop */
     for (int b = 0; b < GROUP; b++)
         for (int k = 0; k < LANES; k++) {
             bx[b][k] = -INFINITY;
             bn[b][k] = INFINITY;
-            q[b * LANES + k] = 0.0f;
+            bq[b][k] = 0.0f;
         }
     for (Py_ssize_t i = 0; i < BLOCK; i += LANES)
         for (int b = 0; b < GROUP; b++)
@@ -83,27 +83,36 @@ f32_group(const float *x, float *mx, float *mn, float *q)
                 float v = x[b * BLOCK + i + k];
                 bx[b][k] = v > bx[b][k] ? v : bx[b][k];
                 bn[b][k] = v < bn[b][k] ? v : bn[b][k];
-                q[b * LANES + k] += v * v;
+                bq[b][k] += v * v;
             }
     for (int b = 0; b < GROUP; b++)
         for (int k = 0; k < LANES; k++) {
             mx[k] = bx[b][k] > mx[k] ? bx[b][k] : mx[k];
             mn[k] = bn[b][k] < mn[k] ? bn[b][k] : mn[k];
+            q[b * LANES + k] = bq[b][k];
         }
 }
 
-/* f32_group's sums of squares alone (the Norm) */
+/* f32_group's sums of squares alone (the Norm), its lanes spelled as vectors: written as f32_group's loops, the
+ * compiler keeps the second block's sums in memory through the loop (slower than one block at a time). The same
+ * float operations, lane by lane: each square rounded, then added (no contraction: setup.py). */
+typedef float lanes_t __attribute__((vector_size(LANES * sizeof(float))));
+#if GROUP != 2
+#error "f32_group_q reads GROUP == 2 blocks"
+#endif
 static inline __attribute__((always_inline)) void
 f32_group_q(const float *x, float *q)
 {
-    for (int k = 0; k < GROUP * LANES; k++)
-        q[k] = 0.0f;
-    for (Py_ssize_t i = 0; i < BLOCK; i += LANES)
-        for (int b = 0; b < GROUP; b++)
-            for (int k = 0; k < LANES; k++) {
-                float v = x[b * BLOCK + i + k];
-                q[b * LANES + k] += v * v;
-            }
+    lanes_t a = {0}, b = {0};
+    for (Py_ssize_t i = 0; i < BLOCK; i += LANES) {
+        lanes_t u, v;
+        memcpy(&u, x + i, sizeof u);
+        memcpy(&v, x + BLOCK + i, sizeof v);
+        a += u * u;
+        b += v * v;
+    }
+    memcpy(q, &a, sizeof a);
+    memcpy(q + LANES, &b, sizeof b);
 }
 
 KERNEL_CLONES
