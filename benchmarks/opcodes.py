@@ -5,7 +5,8 @@ written in: ``sys.settrace`` with opcode events counts every bytecode instructio
 calls of each function, over iterations of ``percall.py``'s loop (``--loop``) or steps of ``overhead.py``'s GPT-2
 model (``--step``) with one configuration recorded. The warm-up runs through the same calling line, so every call
 site and stack is known before counting starts (a first-seen stack is formatted once per process). The writer
-thread is not counted (its work is C: the journal's and the documents' encoders).
+thread is not counted (its work is C: the journal's and the documents' encoders). A function's calls count the
+resumptions of a generator (a context manager's) as calls.
 
     python benchmarks/opcodes.py [--loop] [--config L1] [--iters 20] [--top 25]
     python benchmarks/opcodes.py --step --config monitor [--iters 3]
@@ -115,6 +116,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=None, help="iterations (loop, default 20) or steps (default 3)")
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
+    if not a.step and a.config not in LOOP:
+        ap.error(f"--loop records one of {', '.join(LOOP)} (overhead.py's configurations are --step's)")
     iters = a.iters or (3 if a.step else 20)
     warm = 5 if a.step else 30
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,7 +135,10 @@ def main() -> None:
     ops, calls, records = results[a.config]
     unit = "step" if a.step else "iteration"
     total = sum(ops.values()) / iters
-    ours = sum(v for k, v in ops.items() if k[0].startswith(ROOT + os.sep + "msprobe_inject")) / iters
+    import msprobe_inject
+
+    pkg = os.path.dirname(os.path.abspath(msprobe_inject.__file__)) + os.sep  # wherever it is installed
+    ours = sum(v for k, v in ops.items() if k[0].startswith(pkg)) / iters
     inner = sum(v for k, v in ops.items() if k[1] in ("inner", "_call_impl") and "nn/modules/module.py" in k[0])
     inner_none = sum(v for k, v in base_ops.items() if k[1] in ("inner", "_call_impl")
                      and "nn/modules/module.py" in k[0])

@@ -844,10 +844,10 @@ run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result
  * GOMP_parallel, as at::parallel_for starts a region; use_omp hands over torch's copy of the library), as a torch
  * reduction of it would be: the training thread waits in the tool's hook, so that team is idle, and is still
  * spinning from the op before. Each thread reads whole runs of torch's split of its sum (each run's additions are
- * torch's) and the kernel's blocks from the block boundary at or before its first run. The other threads hand
- * back each block's lane sums and their CRC; the calling thread adds the sums into its doubles in block order, as
- * one f32_pass would, and combines the CRCs: the figures are those of f32_mean on one thread, bit for bit, whatever
- * the number of threads. */
+ * torch's) and the kernel's blocks from the start of the one thread's piece (SUB) at or before its first run. The
+ * other threads hand back each block's lane sums and their CRC; the calling thread adds the sums into its doubles in
+ * block order, as one f32_pass would, and combines the CRCs: the figures are those of f32_mean on one thread, bit for
+ * bit, whatever the number of threads. */
 #define POOL_MAX 8          /* threads reading one tensor */
 #define PAR_FROM (1 << 17)  /* elements (512 KiB); below this, starting a region costs about what it saves */
 
@@ -955,7 +955,9 @@ run_shared(const float *x, Py_ssize_t n, int ways, int crc, ts_sum_t *s, result_
     int rb[POOL_MAX + 1];
     for (int j = 0; j <= ways; j++) {
         rb[j] = (int)((int64_t)j * s->runs / ways);
-        kb[j] = ts_run_start(s, rb[j]) / BLOCK * BLOCK;
+        /* on the one thread's pieces (SUB), whose lanes it folds into the max and min in turn: a max or min of
+         * zero keeps the one thread's zero (-0.0 or 0.0) */
+        kb[j] = ts_run_start(s, rb[j]) / SUB * SUB;
     }
     const Py_ssize_t tail = n - (n - kb[ways - 1]) % LANES; /* the scalar tail [tail, n) is added last, here */
     kb[ways] = tail;

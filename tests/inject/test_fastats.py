@@ -322,6 +322,34 @@ def test_a_read_shared_with_torchs_threads_gives_the_one_threads_figures(nthread
             repr(encode._fast_f32_mean(x.data_ptr(), x.numel(), lanes, nthreads, False, 1))
 
 
+
+@pytest.mark.parametrize("nthreads", [2, 3, 4])
+def test_a_shared_read_keeps_the_one_threads_zero_wherever_its_shares_start(nthreads, threads):
+    """The one thread reads in pieces of 4,096 elements and folds each piece's lanes into the max and min in turn;
+    the threads' shares start on those pieces, so that a max (or min) of zero keeps the one thread's zero however
+    many threads read: 0.0 in one block's sixth lane and -0.0 in the next block's first (a piece's lanes fold first
+    lane first, so a piece holding both keeps -0.0, and pieces split between them keep 0.0), for every block of
+    buffers whose shares start at odd and even blocks."""
+    if not encode.use_torch_mean() or encode._fast_f32_mean is None:
+        pytest.skip("torch sums here")
+    if not encode._share_reads():
+        pytest.skip("no OpenMP team to share a read with here")
+    threads(nthreads)
+    lanes, differ = encode._tmean_lanes, []
+    for n in ((1 << 17) + 4096 * 3 + 9, (1 << 17) + 2048 * 7 + 16 * 3, 3 * (1 << 16) + 2048 + 5):
+        for sign in (1.0, -1.0):  # the max at zero, then the min
+            base = torch.full((n,), -sign)
+            for b in range(n // 2048 - 1):
+                x = base.clone()
+                x[b * 2048 + 5] = 0.0
+                x[(b + 1) * 2048] = -0.0
+                one = encode._fast_f32_mean(x.data_ptr(), n, lanes, nthreads, False, 1)
+                for workers in (2, 3):
+                    got = encode._fast_f32_mean(x.data_ptr(), n, lanes, nthreads, False, workers)
+                    if repr(got) != repr(one):
+                        differ.append((n, sign, b, workers, got[:2], one[:2]))
+    assert differ == [], differ[:3]
+
 @pytest.mark.skipif(not sys.platform.startswith("linux") or "backend: OpenMP" not in torch.__config__.parallel_info(),
                     reason="torch's threads are not an OpenMP team in a loaded libgomp here")
 def test_large_reads_are_shared_with_torchs_openmp_team_and_not_in_a_forked_child(threads):
@@ -481,6 +509,7 @@ def test_the_kernels_blocks_read_two_at_a_time_keep_the_first_of_equal_zeros(see
 
     from msprobe_inject import _fastats
 
+    assert encode.use_fast_entries()  # and the shared reads set up (torch's OpenMP team), where there is one
     rng = np.random.default_rng(seed)
     for n in (4096, 4096 + 16, 4096 * 2 + 16 * 7 + 5, 2048 * 5 + 3, 65536 + 2048 + 17, (1 << 17) + 4096 * 3 + 9,
               (1 << 20) + 3):
@@ -504,6 +533,5 @@ def test_the_kernels_blocks_read_two_at_a_time_keep_the_first_of_equal_zeros(see
         assert [f(t.data_ptr(), n)[2] for f in (_fastats.f32, _fastats.f32_crc)] == [q, q], n
         a = t.data_ptr()
         assert _fastats.f32_mean(a, n, 16, 2, 0, 1)[2] == _fastats.f32_mean(a, n, 16, 2, 0, 2)[2] == q, n
-        assert encode.use_fast_entries()
         for threads in (1, 2):  # the Norm alone (the monitor preset), from 131,072 elements shared with torch's threads
             assert _fastats.entries((None, encode._NORM_MODE, threads, None), [t], [])[0]["Norm"] == math.sqrt(q), n
