@@ -171,11 +171,8 @@ f32_parts(const float *x, Py_ssize_t n, float *parts, float *MX, float *MN)
         mx[k] = -INFINITY;
         mn[k] = INFINITY;
     }
-    for (float gq[GROUP * LANES]; i + GROUP * BLOCK <= n; i += GROUP * BLOCK, parts += GROUP * LANES) {
-        f32_group(x + i, mx, mn, gq); /* into the parts after the read, as below */
-        for (int k = 0; k < GROUP * LANES; k++)
-            parts[k] = gq[k];
-    }
+    for (; i + GROUP * BLOCK <= n; i += GROUP * BLOCK, parts += GROUP * LANES)
+        f32_group(x + i, mx, mn, parts); /* its sums stay in registers through its read, then go to the parts */
     while (i < n) {
         Py_ssize_t end = i + BLOCK;
         if (end > n)
@@ -242,11 +239,8 @@ static void
 f32_sumsq_parts(const float *x, Py_ssize_t nb, float *parts)
 {
     Py_ssize_t b = 0;
-    for (float gq[GROUP * LANES]; b + GROUP <= nb; b += GROUP, x += GROUP * BLOCK, parts += GROUP * LANES) {
-        f32_group_q(x, gq);
-        for (int k = 0; k < GROUP * LANES; k++)
-            parts[k] = gq[k];
-    }
+    for (; b + GROUP <= nb; b += GROUP, x += GROUP * BLOCK, parts += GROUP * LANES)
+        f32_group_q(x, parts);
     for (; b < nb; b++, x += BLOCK, parts += LANES) {
         float q[LANES];
         f32_block_q(x, BLOCK, q);
