@@ -1,7 +1,7 @@
 """The statistics of one contiguous CPU float32 tensor: the kernel's figures and torch.mean in two reads (the kernel,
 then the mean: below torch's grain the C mean, from it up torch.mean as torch runs it, on its intra-op threads)
 against one read (``_fastats.f32_mean``, the same bits) by the calling thread alone and shared with torch's
-threads (from 131,072 elements, where torch's threads are an OpenMP team), for the statistics and the md5 modes,
+threads (above 32,768 elements, where torch's threads are an OpenMP team), for the statistics and the md5 modes,
 from one interleaved run.
 
     python benchmarks/mean_read.py [--rounds 30] [--reps 10] [--threads N]

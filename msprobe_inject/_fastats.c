@@ -841,9 +841,13 @@ run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result
  * torch's) and the kernel's blocks from the start of the one thread's piece (SUB) at or before its first run. The
  * other threads hand back each block's lane sums and their CRC; the calling thread adds the sums into its doubles in
  * block order, as one f32_pass would, and combines the CRCs: the figures are those of f32_mean on one thread, bit for
- * bit, whatever the number of threads. */
+ * bit, whatever the number of threads.
+ * From the grain up, where torch's own elementwise ops split over the same team: an output they just wrote lies
+ * half in each core's cache, and one thread reading all of it pulls half from the other core (a 65,536-element
+ * output read at 18 GB/s alone, 36 GB/s shared). A tensor one thread wrote reads slower shared (its data in that
+ * core's cache), but a step's tensors of that size are mostly torch's outputs. */
 #define POOL_MAX 8          /* threads reading one tensor */
-#define PAR_FROM (1 << 17)  /* elements (512 KiB); below this, starting a region costs about what it saves */
+#define PAR_FROM TS_GRAIN /* elements: from torch's grain up (below it, one thread wrote the tensor) */
 
 typedef struct {
     ts_sum_t sum;            /* torch's runs [sum.cur, sum.last), then their sums in sum.part */

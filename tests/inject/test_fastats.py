@@ -283,7 +283,7 @@ def test_one_read_gives_the_kernels_figures_and_torchs_mean_split_over_its_threa
                 repr(x.mean().item())
 
 
-_SHARED_FROM = 1 << 17  # _fastats' PAR_FROM: from here f32_mean shares a read with torch's threads
+_SHARED_FROM = 1 << 15  # _fastats' PAR_FROM (torch's grain): above it f32_mean shares a read with torch's threads
 
 
 @pytest.mark.parametrize("nthreads", [2, 3, 4, 9])
@@ -336,7 +336,8 @@ def test_a_shared_read_keeps_the_one_threads_zero_wherever_its_shares_start(nthr
         pytest.skip("no OpenMP team to share a read with here")
     threads(nthreads)
     lanes, differ = encode._tmean_lanes, []
-    for n in ((1 << 17) + 4096 * 3 + 9, (1 << 17) + 2048 * 7 + 16 * 3, 3 * (1 << 16) + 2048 + 5):
+    for n in ((1 << 17) + 4096 * 3 + 9, (1 << 17) + 2048 * 7 + 16 * 3, 3 * (1 << 16) + 2048 + 5,
+              (1 << 15) + 2048 * 3 + 7):
         for sign in (1.0, -1.0):  # the max at zero, then the min
             base = torch.full((n,), -sign)
             for b in range(n // 2048 - 1):
@@ -458,7 +459,7 @@ def _sum_of_squares(x) -> float:
 def test_kernels_sum_of_squares_rounds_each_square_first_whatever_the_cpu(n):
     """Every clone of the kernel (AVX-512, AVX2, plain) adds the same float32 squares: a fused multiply-add, which
     a compiler contracts q + v * v into where the instruction set has one, changes the last bits of the Norm from
-    one CPU to the next. The shared read (from 131,072 elements) and the Norm alone (the monitor preset) too."""
+    one CPU to the next. The shared read (above 32,768 elements) and the Norm alone (the monitor preset) too."""
     from msprobe_inject import _fastats
 
     torch.manual_seed(n)
@@ -533,5 +534,5 @@ def test_the_kernels_blocks_read_two_at_a_time_keep_the_first_of_equal_zeros(see
         assert [f(t.data_ptr(), n)[2] for f in (_fastats.f32, _fastats.f32_crc)] == [q, q], n
         a = t.data_ptr()
         assert _fastats.f32_mean(a, n, 16, 2, 0, 1)[2] == _fastats.f32_mean(a, n, 16, 2, 0, 2)[2] == q, n
-        for threads in (1, 2):  # the Norm alone (the monitor preset), from 131,072 elements shared with torch's threads
+        for threads in (1, 2):  # the Norm alone (the monitor preset), above 32,768 elements shared with torch's threads
             assert _fastats.entries((None, encode._NORM_MODE, threads, None), [t], [])[0]["Norm"] == math.sqrt(q), n

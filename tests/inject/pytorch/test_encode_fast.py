@@ -177,7 +177,7 @@ def test_the_monitor_presets_entries_hold_the_norm_alone_the_same_in_c_as_in_pyt
 def test_the_c_call_reads_a_large_tensors_norm_alone_on_any_thread_count():
     big = torch.randn(300_001)[1:]  # at an odd address
     full = encode._fast_entries([big], lambda *a: "python", [], 0, 2)[0]
-    encode._share_reads()  # torch's team, as an encoder sets it up: from 131,072 elements the read is shared
+    encode._share_reads()  # torch's team, as an encoder sets it up: above 32,768 elements the read is shared
     for threads in (0, 1, 2, 3, 8):
         got = encode._fast_entries([big, big.view(-1, 20).t()], lambda *a: "python", [], 3, threads)
         assert got[0] == got[1] | {"shape": [300_000]} and got[0]["Norm"] == full["Norm"], got
