@@ -294,7 +294,9 @@ def respell(func, args, kwargs, frame):
     """Restore the caller's positional/keyword split for a Python-level torch function.
 
     ``F.layer_norm(x, shape, w, b, eps)`` re-dispatches itself as ``(x, shape, weight=w, bias=b, eps=eps)``;
-    msprobe records the call as the caller wrote it, so the caller's CALL instruction decides.
+    msprobe records the call as the caller wrote it, so the caller's CALL instruction decides. Which argument goes
+    where depends only on the function, the calling instruction, the number of positional arguments and the keyword
+    names: worked out once (a signature's bind) and kept as a plan, that each later call applies.
     """
     try:
         # frame: handle_torch_function -> the torch function -> its caller
@@ -303,29 +305,99 @@ def respell(func, args, kwargs, frame):
         caller = frame.f_back.f_back if frame.f_back is not None else None
         if caller is None:
             return args, kwargs
-        key = (caller.f_code, caller.f_lasti)
-        spelled = _call_cache.get(key, False)
-        if spelled is False:
-            spelled = _call_cache[key] = _call_spelling(caller.f_code, caller.f_lasti)
-        if spelled is None:
+        code = caller.f_code
+        # the code object's id, not the object (its hash reads its constants): the entry holds the object, so the id
+        # is not reused while the entry lives
+        key = (func, id(code), caller.f_lasti, len(args), tuple(kwargs))
+        got = _plans.get(key)
+        if got is None:
+            got = (_plan(func, code, caller.f_lasti, args, kwargs), code)
+            if len(_plans) < 4096:
+                _plans[key] = got
+        plan = got[0]
+        if plan is None:
             return args, kwargs
-        n_pos, kw_names = spelled
-        sig = _sig_cache.get(func)
-        if sig is None:
-            import inspect
-
-            sig = _sig_cache[func] = inspect.signature(func)
-        bound = sig.bind(*args, **kwargs).arguments
-        names = list(bound)
-        if names and names[0] == "self":
-            n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
-        if n_pos > len(names):
-            return args, kwargs
-        new_args = tuple(bound[n] for n in names[:n_pos])
-        new_kwargs = {n: bound[n] for n in kw_names if n in bound}
-        return new_args, new_kwargs
+        if plan is _BIND:
+            return _bound(func, code, caller.f_lasti, args, kwargs)
+        n, from_kwargs, kws = plan
+        a = args[:n]
+        if from_kwargs:
+            a += tuple(map(kwargs.__getitem__, from_kwargs))
+        kw = {}
+        for name, i in kws:  # no comprehension: each is a frame of its own here
+            kw[name] = args[i] if type(i) is int else kwargs[i]
+        return a, kw
     except Exception:
         return args, kwargs
+
+
+_plans: Dict[tuple, tuple] = {}
+_BIND = "bind"  # a plan: the signature takes *args or **kwargs, so each call is bound
+
+
+def _signature(func):
+    sig = _sig_cache.get(func)
+    if sig is None:
+        import inspect
+
+        sig = _sig_cache[func] = inspect.signature(func)
+    return sig
+
+
+def _spelled(code, lasti):
+    key = (code, lasti)
+    spelled = _call_cache.get(key, False)
+    if spelled is False:
+        spelled = _call_cache[key] = _call_spelling(code, lasti)
+    return spelled
+
+
+def _bound(func, code, lasti, args, kwargs):
+    """The caller's split of one call, from the signature's bind (the definition the plans are checked against)."""
+    spelled = _spelled(code, lasti)
+    if spelled is None:
+        return args, kwargs
+    n_pos, kw_names = spelled
+    bound = _signature(func).bind(*args, **kwargs).arguments
+    names = list(bound)
+    if names and names[0] == "self":
+        n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
+    if n_pos > len(names):
+        return args, kwargs
+    return tuple(bound[n] for n in names[:n_pos]), {n: bound[n] for n in kw_names if n in bound}
+
+
+def _plan(func, code, lasti, args, kwargs):
+    """What _bound does for calls of this shape: (n, keys, pairs), the positional arguments being args[:n] and then
+    kwargs' values at keys, the keywords the pairs' (name, source), a source an index into args or a key of kwargs;
+    None: the call is recorded as torch passed it; _BIND: bound at each call."""
+    import inspect
+
+    spelled = _spelled(code, lasti)
+    if spelled is None:
+        return None
+    sig = _signature(func)
+    params = list(sig.parameters.values())
+    if any(p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in params):
+        return _BIND
+    try:
+        bound = sig.bind(*args, **kwargs).arguments
+    except TypeError:
+        return None  # the function itself rejects the call
+    n_pos, kw_names = spelled
+    names = list(bound)
+    if names and names[0] == "self":
+        n_pos += 1
+    if n_pos > len(names):
+        return None
+    # positional arguments fill the first parameters in order (so they come first in the bind's order), the others
+    # come by name
+    src = {p.name: i for i, p in enumerate(params[:len(args)])}
+    source = {n: src.get(n, n) for n in names}
+    n = min(n_pos, len(args))
+    if any(source[name] != i for i, name in enumerate(names[:n])):
+        return _BIND
+    return n, tuple(names[n:n_pos]), tuple((name, source[name]) for name in kw_names if name in bound)
 
 
 def _call_spelling(code, lasti):
