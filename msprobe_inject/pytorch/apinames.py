@@ -311,9 +311,9 @@ def respell(func, args, kwargs, frame):
         key = (func, id(code), caller.f_lasti, len(args), tuple(kwargs))
         got = _plans.get(key)
         if got is None:
-            got = (_plan(func, code, caller.f_lasti, args, kwargs), code)
-            if len(_plans) < 4096:
-                _plans[key] = got
+            if len(_plans) >= 4096:  # full (generated code): each call bound, as a plan would be made for nothing
+                return _bound(func, code, caller.f_lasti, args, kwargs)
+            got = _plans[key] = (_plan(func, code, caller.f_lasti, args, kwargs), code)
         plan = got[0]
         if plan is None:
             return args, kwargs
@@ -395,8 +395,6 @@ def _plan(func, code, lasti, args, kwargs):
     src = {p.name: i for i, p in enumerate(params[:len(args)])}
     source = {n: src.get(n, n) for n in names}
     n = min(n_pos, len(args))
-    if any(source[name] != i for i, name in enumerate(names[:n])):
-        return _BIND
     return n, tuple(names[n:n_pos]), tuple((name, source[name]) for name in kw_names if name in bound)
 
 

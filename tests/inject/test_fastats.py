@@ -294,6 +294,8 @@ def test_a_read_shared_with_torchs_threads_gives_the_one_threads_figures(nthread
     at odd offsets, with magnitudes spread so that any other order of additions shows."""
     if not encode.use_torch_mean() or encode._fast_f32_mean is None:
         pytest.skip("torch sums here")
+    if not encode._share_reads():
+        pytest.skip("no OpenMP team to share a read with here")
     threads(nthreads)
     gen = torch.Generator().manual_seed(100 + nthreads)
     pool = torch.randn(2_400_000, generator=gen)
@@ -455,7 +457,7 @@ def _sum_of_squares(x) -> float:
 
 
 @pytest.mark.skipif(encode._fast_f32 is None, reason="the C kernel is not built")
-@pytest.mark.parametrize("n", [16, 2048 + 21, 65536 + 5, 300_017])
+@pytest.mark.parametrize("n", [16, 2048 + 21, 32_768, 32_769, 40_000 + 7, 65536 + 5, 300_017])
 def test_kernels_sum_of_squares_rounds_each_square_first_whatever_the_cpu(n):
     """Every clone of the kernel (AVX-512, AVX2, plain) adds the same float32 squares: a fused multiply-add, which
     a compiler contracts q + v * v into where the instruction set has one, changes the last bits of the Norm from
@@ -512,8 +514,8 @@ def test_the_kernels_blocks_read_two_at_a_time_keep_the_first_of_equal_zeros(see
 
     assert encode.use_fast_entries()  # and the shared reads set up (torch's OpenMP team), where there is one
     rng = np.random.default_rng(seed)
-    for n in (4096, 4096 + 16, 4096 * 2 + 16 * 7 + 5, 2048 * 5 + 3, 65536 + 2048 + 17, (1 << 17) + 4096 * 3 + 9,
-              (1 << 20) + 3):
+    for n in (4096, 4096 + 16, 4096 * 2 + 16 * 7 + 5, 2048 * 5 + 3, 32_769, 40_000 + 7, 65536 + 2048 + 17,
+              (1 << 17) + 4096 * 3 + 9, (1 << 20) + 3):
         for sign in (1.0, -1.0) if n < 1 << 20 else ():  # the max at zero, then the min
             x = -sign * rng.uniform(0.5, 2.0, n).astype(np.float32)
             zeros = rng.random(n) < rng.choice([0.002, 0.05, 0.5])

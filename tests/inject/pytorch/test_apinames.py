@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import torch
@@ -12,20 +13,42 @@ from msprobe_inject.pytorch import apinames
 
 
 class _Spelling(TorchFunctionMode):
-    """Each Python-level torch function's split, from respell (its plan) and from the signature's bind."""
+    """Each Python-level torch function's split, from respell (its plan) and from the signature's bind; and how many
+    binds respell itself made."""
 
     def __init__(self):
         super().__init__()
         self.seen: list = []
+        self.binds = 0
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         if type(func) is type(_calls) and kwargs:  # as DumpMode asks for it
             frame = sys._getframe(1)
             caller = frame.f_back.f_back
-            self.seen.append((func.__name__, apinames.respell(func, args, kwargs, frame),
-                              apinames._bound(func, caller.f_code, caller.f_lasti, args, kwargs)))
+            before = _BINDS[0]
+            got = apinames.respell(func, args, kwargs, frame)
+            self.binds += _BINDS[0] - before
+            self.seen.append((func.__name__, got, apinames._bound(func, caller.f_code, caller.f_lasti, args, kwargs)))
         return func(*args, **kwargs)
+
+
+_BINDS = [0]
+_bind = inspect.Signature.bind
+
+
+def _counted_bind(self, *args, **kwargs):
+    _BINDS[0] += 1
+    return _bind(self, *args, **kwargs)
+
+
+def _two(x, y=None, scale=1.0):
+    """One calling instruction, two shapes of the call torch function handling sees: (x,) or (x, y)."""
+    if has_torch_function((x,)):
+        if y is None:
+            return handle_torch_function(_two, (x,), x, scale=scale)
+        return handle_torch_function(_two, (x,), x, y, scale=scale)
+    return x * scale
 
 
 def _scaled(*tensors, scale=1.0):
@@ -43,6 +66,7 @@ def _calls(x, w, b, logits, target):
     F.softmax(x, -1, dtype=torch.float64)
     F.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
     F.normalize(x, 2.0, dim=1)
+    _two(x, None if x.sum() > 0 else w, scale=2.0)
     x.split(2, dim=0)  # a method: the bound tensor is not counted by CALL
     _scaled(w, b, scale=2.0)  # *tensors: bound at each call
     torch.functional.norm(x, p="fro", dim=(0, 1))
@@ -54,25 +78,51 @@ def _same(a, b) -> bool:
     return a is b
 
 
-def test_each_calls_split_from_its_plan_is_the_signatures_bind():
+def test_each_calls_split_from_its_plan_is_the_signatures_bind(monkeypatch):
     """respell binds a function's signature once per calling instruction and call shape and applies the plan after:
-    every call's positional arguments and keywords are the objects the bind gives, call after call with new values;
-    a function taking *args is bound at each call."""
+    every call's positional arguments and keywords are the objects the bind gives, call after call with new values
+    (one instruction calling with two shapes too); a function taking *args is bound at each call."""
+    monkeypatch.setattr(inspect.Signature, "bind", _counted_bind)
     apinames._plans.clear()
     mode = _Spelling()
+    binds, shapes = [], set()
     with mode:
-        for i in range(3):
+        for i in range(6):
             g = torch.Generator().manual_seed(i)
             x, w, b = torch.randn(4, 4, generator=g), torch.randn(4, generator=g), torch.randn(4, generator=g)
+            shapes.add(bool(x.sum() > 0))
+            before = mode.binds
             _calls(x, w, b, torch.randn(3, 5, generator=g), torch.randint(0, 5, (3,), generator=g))
-    assert len(mode.seen) == 3 * 11, [s[0] for s in mode.seen]
+            binds.append(mode.binds - before)
+    assert shapes == {True, False}  # both shapes of _two's call seen
+    assert len(mode.seen) == 6 * 12, [s[0] for s in mode.seen]
     for name, (args, kwargs), (want_args, want_kwargs) in mode.seen:
         assert _same(args, want_args), name
         assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
-    split = [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:11]]
+    # planned once per shape: later rounds bind only the *args function's calls
+    assert binds[0] == 12 and sum(binds[1:]) == 5 + 1, binds  # each round's *args call, and _two's other shape
+    split = [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:12]]
     assert split[:5] == [("layer_norm", 5, []), ("layer_norm", 2, ["weight", "eps"]),
                          ("layer_norm", 1, ["normalized_shape", "bias"]), ("dropout", 2, ["training"]),
                          ("dropout", 1, ["p", "inplace"])], split
     assert ("split", 2, ["dim"]) in split and ("_scaled", 2, ["scale"]) in split, split
     plans = [p for p, _ in apinames._plans.values()]
-    assert sum(p is apinames._BIND for p in plans) == 1 and sum(isinstance(p, tuple) for p in plans) >= 9, plans
+    assert sum(p is apinames._BIND for p in plans) == 1 and sum(isinstance(p, tuple) for p in plans) == 12, plans
+    # the sources themselves (equal objects, like two False keywords, would not tell a wrong one from the right one)
+    assert (2, ("weight", "bias", "eps"), ()) in plans and (1, ("p",), (("training", "training"),)) in plans, plans
+
+
+def test_a_full_plan_cache_binds_each_call_and_keeps_no_more_plans(monkeypatch):
+    """Past 4,096 plans (code generated at run time: each new code object a new calling instruction) a call is bound
+    as it comes, with the same split, and no plan is kept."""
+    monkeypatch.setattr(apinames, "_plans", {("filler", i): (None, None) for i in range(4096)})
+    mode = _Spelling()
+    with mode:
+        x = torch.randn(4, 4)
+        _calls(x, torch.randn(4), torch.randn(4), torch.randn(3, 5), torch.randint(0, 5, (3,)))
+    assert len(mode.seen) == 12 and len(apinames._plans) == 4096
+    for name, (args, kwargs), (want_args, want_kwargs) in mode.seen:
+        assert _same(args, want_args), name
+        assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
+    assert [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:2]] == [
+        ("layer_norm", 5, []), ("layer_norm", 2, ["weight", "eps"])]
