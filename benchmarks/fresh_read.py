@@ -1,6 +1,6 @@
 """The statistics read of a tensor just written, as a step's tensors are: by torch's intra-op threads (an elementwise
 op from torch's 32,768-element grain up splits over them, so its output lies half in each core's cache) or by one
-thread (numpy's multiply: all of it in the calling core's cache). Each written buffer is read once by
+thread (numpy's multiply: in the calling core's cache, as much of it as fits). Each written buffer is read once by
 ``_fastats.f32_mean``, by the calling thread alone ("one") or shared with torch's OpenMP team ("shared"; the same
 bits), in one interleaved run; torch's own sum of the freshly written buffer for scale.
 

@@ -834,7 +834,7 @@ run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result
 }
 
 /* ---- the same read shared with torch's intra-op threads ----
- * A tensor of PAR_FROM elements or more is read by up to `workers` threads of torch's own OpenMP team (libgomp's
+ * A tensor of more than PAR_FROM elements is read by up to `workers` threads of torch's own OpenMP team (libgomp's
  * GOMP_parallel, as at::parallel_for starts a region; use_omp hands over torch's copy of the library), as a torch
  * reduction of it would be: the training thread waits in the tool's hook, so that team is idle, and is still
  * spinning from the op before. Each thread reads whole runs of torch's split of its sum (each run's additions are
@@ -842,12 +842,13 @@ run_stats_mean_serial(const float *x, Py_ssize_t n, int crc, ts_sum_t *s, result
  * other threads hand back each block's lane sums and their CRC; the calling thread adds the sums into its doubles in
  * block order, as one f32_pass would, and combines the CRCs: the figures are those of f32_mean on one thread, bit for
  * bit, whatever the number of threads.
- * From the grain up, where torch's own elementwise ops split over the same team: an output they just wrote lies
+ * Above the grain, where torch's own elementwise ops split over the same team: an output they just wrote lies
  * half in each core's cache, and one thread reading all of it pulls half from the other core (a 65,536-element
- * output read at 18 GB/s alone, 36 GB/s shared). A tensor one thread wrote reads slower shared (its data in that
- * core's cache), but a step's tensors of that size are mostly torch's outputs. */
+ * output read at 17 GB/s alone, 36 GB/s shared). Up to a few hundred thousand elements, a tensor one thread wrote
+ * reads slower shared (its data in that core's cache), but a step's tensors of those sizes are mostly torch's
+ * outputs. */
 #define POOL_MAX 8          /* threads reading one tensor */
-#define PAR_FROM TS_GRAIN /* elements: from torch's grain up (below it, one thread wrote the tensor) */
+#define PAR_FROM TS_GRAIN /* elements: above it (torch's parallel_for splits only more than its grain) */
 
 typedef struct {
     ts_sum_t sum;            /* torch's runs [sum.cur, sum.last), then their sums in sum.part */
@@ -996,11 +997,11 @@ run_shared(const float *x, Py_ssize_t n, int ways, int crc, ts_sum_t *s, result_
 
 #ifdef HAVE_POOL
 /* whether torch's team reads a tensor of n elements `ways` ways now; if so pool_mu is held, for the caller to release:
- * from PAR_FROM elements, in the process that loaded the team (a fork child has none), one tensor at a time */
+ * above PAR_FROM elements, in the process that loaded the team (a fork child has none), one tensor at a time */
 static int
 pool_take(Py_ssize_t n, int ways)
 {
-    return n >= PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
+    return n > PAR_FROM && ways > 1 && gomp_parallel != NULL && own_pid == omp_pid
            && pthread_mutex_trylock(&pool_mu) == 0;
 }
 #endif
@@ -1045,7 +1046,7 @@ stats_mean(const float *x, Py_ssize_t n, int lanes, int threads, int crc, int wo
     }
 }
 
-/* f32_sumsq over x[0:n), shared with up to `workers` threads of torch's team from PAR_FROM elements: each reads
+/* f32_sumsq over x[0:n), shared with up to `workers` threads of torch's team above PAR_FROM elements: each reads
  * whole blocks into their lane sums, which this thread adds in block order, so the bits are one thread's. The GIL
  * released for large buffers (the caller holds a reference to their owner). */
 #ifdef HAVE_POOL

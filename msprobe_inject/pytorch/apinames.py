@@ -12,6 +12,7 @@ import dis
 import json
 import os
 import sys
+from types import FrameType
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -290,7 +291,7 @@ _call_cache: Dict[Tuple[Any, int], Any] = {}
 _CALL_OPS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_KW")
 
 
-def respell(func, args, kwargs, frame):
+def respell(func: Any, args: tuple, kwargs: Dict[str, Any], frame: Optional[FrameType]) -> Tuple[tuple, Dict[str, Any]]:
     """Restore the caller's positional/keyword split for a Python-level torch function.
 
     ``F.layer_norm(x, shape, w, b, eps)`` re-dispatches itself as ``(x, shape, weight=w, bias=b, eps=eps)``;
@@ -362,9 +363,17 @@ def _bound(func, code, lasti, args, kwargs):
     names = list(bound)
     if names and names[0] == "self":
         n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
-    if n_pos > len(names):
+    if n_pos > len(names) or not _apart(names[:n_pos], kw_names):
         return args, kwargs
     return tuple(bound[n] for n in names[:n_pos]), {n: bound[n] for n in kw_names if n in bound}
+
+
+def _apart(positional, kw_names) -> bool:
+    """Whether the caller's positional count leaves its keywords out: a function that drops a defaulted argument
+    before torch's function handling (f(x, None, k=1) passed on as (x, k=1)), or a method called through its class
+    (Tensor.split(x, 2, dim=0), counted as bound), would put a keyword among the positional arguments too; such a call
+    is recorded as torch passed it."""
+    return not any(n in kw_names for n in positional)
 
 
 def _plan(func, code, lasti, args, kwargs):
@@ -388,7 +397,7 @@ def _plan(func, code, lasti, args, kwargs):
     names = list(bound)
     if names and names[0] == "self":
         n_pos += 1
-    if n_pos > len(names):
+    if n_pos > len(names) or not _apart(names[:n_pos], kw_names):
         return None
     # positional arguments fill the first parameters in order (so they come first in the bind's order), the others
     # come by name

@@ -464,12 +464,12 @@ def test_kernels_sum_of_squares_rounds_each_square_first_whatever_the_cpu(n):
     one CPU to the next. The shared read (above 32,768 elements) and the Norm alone (the monitor preset) too."""
     from msprobe_inject import _fastats
 
+    assert encode.use_fast_entries()  # and the shared reads set up (torch's OpenMP team), where there is one
     torch.manual_seed(n)
     t = torch.randn(n) * 3 + 0.5
     want = _sum_of_squares(t.numpy())
     assert _fastats.f32(t.data_ptr(), n)[2] == want
     assert _fastats.f32_mean(t.data_ptr(), n, 16, 2, 0, 2)[2] == want
-    assert encode.use_fast_entries()
     entry = _fastats.entries((None, encode._NORM_MODE, 2, None), [t], [])
     assert entry[0]["Norm"] == math.sqrt(want)
 

@@ -57,7 +57,7 @@ def _scaled(*tensors, scale=1.0):
     return tensors[0] * scale
 
 
-def _calls(x, w, b, logits, target):
+def _calls(x, w, b, logits, target, i):
     F.layer_norm(x, (4,), w, b, 1e-5)  # torch passes weight, bias and eps by keyword
     F.layer_norm(x, (4,), weight=w, eps=1e-6)
     F.layer_norm(x, normalized_shape=(4,), bias=b)
@@ -66,8 +66,9 @@ def _calls(x, w, b, logits, target):
     F.softmax(x, -1, dtype=torch.float64)
     F.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
     F.normalize(x, 2.0, dim=1)
-    _two(x, None if x.sum() > 0 else w, scale=2.0)
+    _two(x, None if i % 2 else w, scale=2.0)  # (x,): the None the caller wrote is not passed on
     x.split(2, dim=0)  # a method: the bound tensor is not counted by CALL
+    torch.Tensor.split(x, 2, dim=0)  # called through its class: counted
     _scaled(w, b, scale=2.0)  # *tensors: bound at each call
     torch.functional.norm(x, p="fro", dim=(0, 1))
 
@@ -81,48 +82,57 @@ def _same(a, b) -> bool:
 def test_each_calls_split_from_its_plan_is_the_signatures_bind(monkeypatch):
     """respell binds a function's signature once per calling instruction and call shape and applies the plan after:
     every call's positional arguments and keywords are the objects the bind gives, call after call with new values
-    (one instruction calling with two shapes too); a function taking *args is bound at each call."""
+    (one instruction calling with two shapes too); a function taking *args is bound at each call; a caller's spelling
+    that would put a keyword among the positional arguments too is recorded as torch passed the call."""
     monkeypatch.setattr(inspect.Signature, "bind", _counted_bind)
-    apinames._plans.clear()
+    monkeypatch.setattr(apinames, "_plans", {})
     mode = _Spelling()
-    binds, shapes = [], set()
+    binds = []
     with mode:
         for i in range(6):
             g = torch.Generator().manual_seed(i)
             x, w, b = torch.randn(4, 4, generator=g), torch.randn(4, generator=g), torch.randn(4, generator=g)
-            shapes.add(bool(x.sum() > 0))
             before = mode.binds
-            _calls(x, w, b, torch.randn(3, 5, generator=g), torch.randint(0, 5, (3,), generator=g))
+            _calls(x, w, b, torch.randn(3, 5, generator=g), torch.randint(0, 5, (3,), generator=g), i)
             binds.append(mode.binds - before)
-    assert shapes == {True, False}  # both shapes of _two's call seen
-    assert len(mode.seen) == 6 * 12, [s[0] for s in mode.seen]
+    assert len(mode.seen) == 6 * 13, [s[0] for s in mode.seen]
     for name, (args, kwargs), (want_args, want_kwargs) in mode.seen:
         assert _same(args, want_args), name
         assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
-    # planned once per shape: later rounds bind only the *args function's calls
-    assert binds[0] == 12 and sum(binds[1:]) == 5 + 1, binds  # each round's *args call, and _two's other shape
-    split = [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:12]]
-    assert split[:5] == [("layer_norm", 5, []), ("layer_norm", 2, ["weight", "eps"]),
-                         ("layer_norm", 1, ["normalized_shape", "bias"]), ("dropout", 2, ["training"]),
-                         ("dropout", 1, ["p", "inplace"])], split
-    assert ("split", 2, ["dim"]) in split and ("_scaled", 2, ["scale"]) in split, split
+    # planned once per shape: then only the *args function's calls are bound (and _two's other shape once)
+    assert binds == [13, 2, 1, 1, 1, 1], binds
+    assert _SPLITS == [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:13]]
+    assert ("_two", 1, ["scale"]) == [(n, len(a), list(k)) for n, (a, k), _ in mode.seen[13:26]][8]
     plans = [p for p, _ in apinames._plans.values()]
-    assert sum(p is apinames._BIND for p in plans) == 1 and sum(isinstance(p, tuple) for p in plans) == 12, plans
+    assert sum(p is apinames._BIND for p in plans) == 1 and sum(isinstance(p, tuple) for p in plans) == 11, plans
     # the sources themselves (equal objects, like two False keywords, would not tell a wrong one from the right one)
     assert (2, ("weight", "bias", "eps"), ()) in plans and (1, ("p",), (("training", "training"),)) in plans, plans
 
 
+# each call's (function, positional arguments, keywords) as the caller wrote it, or as torch passed it
+_SPLITS = [("layer_norm", 5, []), ("layer_norm", 2, ["weight", "eps"]), ("layer_norm", 1, ["normalized_shape", "bias"]),
+           ("dropout", 2, ["training"]), ("dropout", 1, ["p", "inplace"]), ("softmax", 2, ["dtype"]),
+           ("cross_entropy", 2, ["ignore_index", "reduction"]), ("normalize", 2, ["dim"]), ("_two", 2, ["scale"]),
+           ("split", 2, ["dim"]), ("split", 2, ["dim"]), ("_scaled", 2, ["scale"]), ("norm", 1, ["p", "dim"])]
+
+
 def test_a_full_plan_cache_binds_each_call_and_keeps_no_more_plans(monkeypatch):
     """Past 4,096 plans (code generated at run time: each new code object a new calling instruction) a call is bound
-    as it comes, with the same split, and no plan is kept."""
+    as it comes, with the split a plan gives, and no plan is kept."""
+    monkeypatch.setattr(inspect.Signature, "bind", _counted_bind)
+    x, w, b = torch.randn(4, 4), torch.randn(4), torch.randn(4)
+    logits, target = torch.randn(3, 5), torch.randint(0, 5, (3,))
+    monkeypatch.setattr(apinames, "_plans", {})
+    planned = _Spelling()
+    with planned:
+        for _ in range(2):
+            _calls(x, w, b, logits, target, 0)
     monkeypatch.setattr(apinames, "_plans", {("filler", i): (None, None) for i in range(4096)})
-    mode = _Spelling()
-    with mode:
-        x = torch.randn(4, 4)
-        _calls(x, torch.randn(4), torch.randn(4), torch.randn(3, 5), torch.randint(0, 5, (3,)))
-    assert len(mode.seen) == 12 and len(apinames._plans) == 4096
-    for name, (args, kwargs), (want_args, want_kwargs) in mode.seen:
+    full = _Spelling()
+    with full:
+        _calls(x, w, b, logits, target, 0)
+    assert len(apinames._plans) == 4096 and full.binds == 13
+    assert [(n, len(a), list(k)) for n, (a, k), _ in full.seen] == _SPLITS
+    for (name, (args, kwargs), _), (_, (want_args, want_kwargs), _) in zip(full.seen, planned.seen[13:]):
         assert _same(args, want_args), name
         assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
-    assert [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:2]] == [
-        ("layer_norm", 5, []), ("layer_norm", 2, ["weight", "eps"])]
