@@ -349,7 +349,9 @@ def _spelled(code, lasti):
     key = (code, lasti)
     spelled = _call_cache.get(key, False)
     if spelled is False:
-        spelled = _call_cache[key] = _call_spelling(code, lasti)
+        spelled = _call_spelling(code, lasti)
+        if len(_call_cache) < 4096:  # each entry keeps its code object: generated code would grow it without end
+            _call_cache[key] = spelled
     return spelled
 
 

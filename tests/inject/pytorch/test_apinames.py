@@ -118,7 +118,7 @@ _SPLITS = [("layer_norm", 5, []), ("layer_norm", 2, ["weight", "eps"]), ("layer_
 
 def test_a_full_plan_cache_binds_each_call_and_keeps_no_more_plans(monkeypatch):
     """Past 4,096 plans (code generated at run time: each new code object a new calling instruction) a call is bound
-    as it comes, with the split a plan gives, and no plan is kept."""
+    as it comes, with the split a plan gives, and neither a plan nor the calling instruction's spelling is kept."""
     monkeypatch.setattr(inspect.Signature, "bind", _counted_bind)
     x, w, b = torch.randn(4, 4), torch.randn(4), torch.randn(4)
     logits, target = torch.randn(3, 5), torch.randint(0, 5, (3,))
@@ -128,10 +128,11 @@ def test_a_full_plan_cache_binds_each_call_and_keeps_no_more_plans(monkeypatch):
         for _ in range(2):
             _calls(x, w, b, logits, target, 0)
     monkeypatch.setattr(apinames, "_plans", {("filler", i): (None, None) for i in range(4096)})
+    monkeypatch.setattr(apinames, "_call_cache", {("filler", i): None for i in range(4096)})
     full = _Spelling()
     with full:
         _calls(x, w, b, logits, target, 0)
-    assert len(apinames._plans) == 4096 and full.binds == 13
+    assert len(apinames._plans) == len(apinames._call_cache) == 4096 and full.binds == 13
     assert [(n, len(a), list(k)) for n, (a, k), _ in full.seen] == _SPLITS
     for (name, (args, kwargs), _), (_, (want_args, want_kwargs), _) in zip(full.seen, planned.seen[13:]):
         assert _same(args, want_args), name
