@@ -358,24 +358,27 @@ def _spelled(code, lasti):
 def _bound(func, code, lasti, args, kwargs):
     """The caller's split of one call, from the signature's bind (the definition the plans are checked against)."""
     spelled = _spelled(code, lasti)
-    if spelled is None:
+    split = spelled and _split(_signature(func), spelled, args, kwargs)
+    if not split:
         return args, kwargs
-    n_pos, kw_names = spelled
-    bound = _signature(func).bind(*args, **kwargs).arguments
-    names = list(bound)
-    if names and names[0] == "self":
-        n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
-    if n_pos > len(names) or not _apart(names[:n_pos], kw_names):
-        return args, kwargs
+    bound, names, n_pos, kw_names = split
     return tuple(bound[n] for n in names[:n_pos]), {n: bound[n] for n in kw_names if n in bound}
 
 
-def _apart(positional, kw_names) -> bool:
-    """Whether the caller's positional count leaves its keywords out: a function that drops a defaulted argument
-    before torch's function handling (f(x, None, k=1) passed on as (x, k=1)), or a method called through its class
-    (Tensor.split(x, 2, dim=0), counted as bound), would put a keyword among the positional arguments too; such a call
-    is recorded as torch passed it."""
-    return not any(n in kw_names for n in positional)
+def _split(sig, spelled, args, kwargs):
+    """(the bind's arguments, their names, the caller's positional count, its keyword names), or None where the
+    caller's spelling cannot be restored: more positional arguments than the bind has, or a count that would put a
+    keyword among the positional arguments too (a function that drops a defaulted argument before torch's function
+    handling, f(x, None, k=1) passed on as (x, k=1); a method called through its class, Tensor.split(x, 2, dim=0),
+    counted as bound): such a call is recorded as torch passed it."""
+    n_pos, kw_names = spelled
+    bound = sig.bind(*args, **kwargs).arguments
+    names = list(bound)
+    if names and names[0] == "self":
+        n_pos += 1  # x.split(2): the bound tensor is not counted by CALL
+    if n_pos > len(names) or any(n in kw_names for n in names[:n_pos]):
+        return None
+    return bound, names, n_pos, kw_names
 
 
 def _plan(func, code, lasti, args, kwargs):
@@ -392,15 +395,12 @@ def _plan(func, code, lasti, args, kwargs):
     if any(p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in params):
         return _BIND
     try:
-        bound = sig.bind(*args, **kwargs).arguments
+        split = _split(sig, spelled, args, kwargs)
     except TypeError:
         return None  # the function itself rejects the call
-    n_pos, kw_names = spelled
-    names = list(bound)
-    if names and names[0] == "self":
-        n_pos += 1
-    if n_pos > len(names) or not _apart(names[:n_pos], kw_names):
+    if split is None:
         return None
+    bound, names, n_pos, kw_names = split
     # positional arguments fill the first parameters in order (so they come first in the bind's order), the others
     # come by name
     src = {p.name: i for i, p in enumerate(params[:len(args)])}

@@ -324,7 +324,6 @@ def test_a_read_shared_with_torchs_threads_gives_the_one_threads_figures(nthread
             repr(encode._fast_f32_mean(x.data_ptr(), x.numel(), lanes, nthreads, False, 1))
 
 
-
 @pytest.mark.parametrize("nthreads", [2, 3, 4])
 def test_a_shared_read_keeps_the_one_threads_zero_wherever_its_shares_start(nthreads, threads):
     """The one thread reads in pieces of 4,096 elements and folds each piece's lanes into the max and min in turn;
@@ -352,6 +351,7 @@ def test_a_shared_read_keeps_the_one_threads_zero_wherever_its_shares_start(nthr
                     if repr(got) != repr(one):
                         differ.append((n, sign, b, workers, got[:2], one[:2]))
     assert differ == [], differ[:3]
+
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or "backend: OpenMP" not in torch.__config__.parallel_info(),
                     reason="torch's threads are not an OpenMP team in a loaded libgomp here")

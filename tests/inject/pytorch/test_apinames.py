@@ -79,6 +79,12 @@ def _same(a, b) -> bool:
     return a is b
 
 
+def _assert_same_split(name, got, want) -> None:
+    (args, kwargs), (want_args, want_kwargs) = got, want
+    assert _same(args, want_args), name
+    assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
+
+
 def test_each_calls_split_from_its_plan_is_the_signatures_bind(monkeypatch):
     """respell binds a function's signature once per calling instruction and call shape and applies the plan after:
     every call's positional arguments and keywords are the objects the bind gives, call after call with new values
@@ -96,9 +102,8 @@ def test_each_calls_split_from_its_plan_is_the_signatures_bind(monkeypatch):
             _calls(x, w, b, torch.randn(3, 5, generator=g), torch.randint(0, 5, (3,), generator=g), i)
             binds.append(mode.binds - before)
     assert len(mode.seen) == 6 * 13, [s[0] for s in mode.seen]
-    for name, (args, kwargs), (want_args, want_kwargs) in mode.seen:
-        assert _same(args, want_args), name
-        assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
+    for name, got, want in mode.seen:
+        _assert_same_split(name, got, want)
     # planned once per shape: then only the *args function's calls are bound (and _two's other shape once)
     assert binds == [13, 2, 1, 1, 1, 1], binds
     assert _SPLITS == [(name, len(a), list(k)) for name, (a, k), _ in mode.seen[:13]]
@@ -134,6 +139,5 @@ def test_a_full_plan_cache_binds_each_call_and_keeps_no_more_plans(monkeypatch):
         _calls(x, w, b, logits, target, 0)
     assert len(apinames._plans) == len(apinames._call_cache) == 4096 and full.binds == 13
     assert [(n, len(a), list(k)) for n, (a, k), _ in full.seen] == _SPLITS
-    for (name, (args, kwargs), _), (_, (want_args, want_kwargs), _) in zip(full.seen, planned.seen[13:]):
-        assert _same(args, want_args), name
-        assert list(kwargs) == list(want_kwargs) and all(_same(kwargs[k], want_kwargs[k]) for k in kwargs), name
+    for (name, got, _), (_, want, _) in zip(full.seen, planned.seen[13:]):
+        _assert_same_split(name, got, want)
