@@ -1216,12 +1216,14 @@ fastats_xor64(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ---- entries: a recorded value's msprobe entries in one call (the PyTorch encoder's common case) ----
- * The items of a list, tuple or dict that are None, a bool, int, float or str, or a plain contiguous CPU float32
- * tensor of 1..max elements with finite statistics are encoded here, through the same kernel (max, min, norm) and
- * the same torch-ordered mean as encode.py's path, without a Python frame per item. Given torch's thread count,
- * larger tensors are too (statistics and md5), through f32_mean's read: encode.py passes it where it would read
- * such a tensor itself rather than look it up in its statistics cache. Every other item (another dtype,
- * a view, a device tensor, a subclass, a nested container, non-finite statistics) goes to encode.py's fallback.
+ * The items of a list, tuple or dict that are None, a bool, int, float or str, or a plain CPU float32 tensor of
+ * 1..max elements with finite statistics, contiguous, a permutation of a dense block or a broadcast of one value, are
+ * encoded here, through the same kernel (max, min, norm) and the same torch-ordered mean as encode.py's path, without
+ * a Python frame per item; a checksum (md5, xor) of a non-contiguous one reads its elements gathered in its own order.
+ * Given torch's thread count, larger tensors are too (statistics and md5; the checksum of a contiguous one only),
+ * through f32_mean's read: encode.py passes it where it would read such a tensor itself rather than look it up in its
+ * statistics cache. Every other item (another dtype, a slice dense in no order, a device tensor, a subclass, a nested
+ * container, non-finite statistics) goes to encode.py's fallback.
  * encode.py's entries are the definition, which tests/inject/pytorch/test_encode_fast.py holds this path to.
  * entries_setup names the types and the lane count. */
 static struct {
@@ -1598,8 +1600,10 @@ zero_strides(PyObject *t)
  * (its value as the kernel reads one element, that value's sign, its shape, torch's thread count from the size
  * where torch's mean splits its sum, else 1). NOT_MINE where they are not there yet (encode.py computes and keeps
  * them) or the value is NaN. */
+static void hex8(char *out, uint32_t v);
+
 static PyObject *
-constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int mode, int threads)
+constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int mode, int threads, const uint32_t *g)
 {
     result_t r1;
     run_job((const char *)p, 1, 4, JOB_STATS, &r1);
@@ -1621,12 +1625,18 @@ constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int m
         Py_DECREF(got);
         return NULL;
     }
-    PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(f, 0),
+    char hex[9];
+    PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(f, 0),
                         K_min, PyTuple_GET_ITEM(f, 1), K_mean, PyTuple_GET_ITEM(f, 2), K_norm, PyTuple_GET_ITEM(f, 3),
-                        K_requires_grad, rg};
+                        K_requires_grad, rg, K_md5, NULL};
     if (mode == MODE_NORM) /* the Norm alone (Encoder.norm_only) */
         kv[7] = kv[9] = kv[11] = Py_None;
-    PyObject *d = dict_of(kv, 8);
+    if (mode == MODE_MD5) { /* the CRC of the broadcast's bytes in its order (g: gathered) */
+        hex8(hex, crc_update(0, (const unsigned char *)g, (size_t)n * 4));
+        kv[17] = PyUnicode_FromString(hex);
+    }
+    PyObject *d = dict_of(kv, mode == MODE_MD5 ? 9 : 8);
+    Py_XDECREF(kv[17]);
     Py_DECREF(shape);
     Py_DECREF(got);
     return d;
@@ -1658,10 +1668,58 @@ gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int
         return 0;
     if (contiguous)
         return 1;
-    if ((mode == MODE_STATISTICS || mode == MODE_NORM) && zero_strides(t))
+    /* a checksum reads the bytes in the tensor's order, not those at its data pointer: tensor_entry gathers them, for
+     * a small tensor */
+    if ((mode == MODE_MD5 || mode == MODE_XOR) && n > E.max_numel)
+        return 0;
+    if (zero_strides(t))
         return 2;
-    /* a checksum reads the bytes in the tensor's order: only a contiguous tensor's are those at its data pointer */
-    return (mode == MODE_STATISTICS || mode == MODE_NORM) && permuted_dense(t);
+    return permuted_dense(t);
+}
+
+/* The elements of a non-contiguous tensor (a broadcast or a permutation of a dense block; at most 8 dimensions) in its
+ * own order: the bytes of its contiguous copy, which the checksums read (encode.crc32_hex, xor_hex). Copied as bits
+ * (a NaN's payload is kept). NULL with an exception set where the strides cannot be read or memory is short. */
+static uint32_t *
+gathered(PyObject *t, const float *p, PyObject *size, Py_ssize_t n)
+{
+    int64_t sz[8], sd[8], ix[8];
+    Py_ssize_t nd = PyTuple_GET_SIZE(size);
+    PyObject *st = tget(t, A_STRIDE);
+    if (st == NULL)
+        return NULL;
+    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != nd || nd < 1 || nd > 8) {
+        Py_DECREF(st);
+        PyErr_SetString(PyExc_ValueError, "gathered: unexpected strides");
+        return NULL;
+    }
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        sz[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(size, d));
+        sd[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        ix[d] = 0;
+    }
+    Py_DECREF(st);
+    if (PyErr_Occurred())
+        return NULL;
+    uint32_t *g = PyMem_Malloc((size_t)n * 4);
+    if (g == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    const uint32_t *src = (const uint32_t *)p;
+    int64_t off = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        g[k] = src[off];
+        for (Py_ssize_t d = nd - 1; d >= 0; d--) { /* the next index, the last dimension fastest */
+            if (++ix[d] < sz[d]) {
+                off += sd[d];
+                break;
+            }
+            off -= (sz[d] - 1) * sd[d];
+            ix[d] = 0;
+        }
+    }
+    return g;
 }
 
 /* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 2 the
@@ -1807,8 +1865,17 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
                 return NOT_MINE;
         }
     }
-    if (got == 2) {
-        PyObject *d = constant_entry(p, n, size, rg, mode, threads);
+    uint32_t *g = NULL; /* a non-contiguous tensor's bytes in its order, for a checksum (gate: a small tensor) */
+    if (!contiguous && (mode == MODE_MD5 || mode == MODE_XOR) && (g = gathered(t, p, size, n)) == NULL) {
+        PyErr_Clear();
+        Py_DECREF(ptr);
+        Py_DECREF(size);
+        Py_DECREF(rg);
+        return NOT_MINE;
+    }
+    if (got == 2 && mode != MODE_XOR) { /* xor: no figures, the checksum below */
+        PyObject *d = constant_entry(p, n, size, rg, mode, threads, g);
+        PyMem_Free(g);
         Py_DECREF(ptr);
         Py_DECREF(size);
         Py_DECREF(rg);
@@ -1816,6 +1883,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             PyObject_GC_UnTrack(d);
         return d;
     }
+    const unsigned char *bytes = g != NULL ? (const unsigned char *)g : (const unsigned char *)p;
     int large = n > E.max_numel;
     PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
     if (large && cache != Py_None && mode != MODE_NORM) { /* the cache holds all four figures */
@@ -1833,7 +1901,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         if (scalar) {
             sum = PyFloat_FromDouble(*p);
         } else {
-            snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)xor_bytes((const unsigned char *)p, 4 * n));
+            snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)xor_bytes(bytes, 4 * n));
             sum = PyUnicode_FromString(hex);
         }
         PyObject *shape = shape_list(size);
@@ -1864,21 +1932,27 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
                             K_norm, PyTuple_GET_ITEM(stat, 3), K_requires_grad, rg, K_md5, crc};
         d = dict_of(kv, mode == MODE_MD5 ? 9 : 8);
         Py_XDECREF(shape);
-    } else if (!(scalar && mode == MODE_MD5)) { /* a 0-d tensor's md5 is encode.py's */
+    } else {
         result_t r;
         double mean, norm;
+        /* the CRC read with the figures where the bytes in memory are those in the tensor's order */
+        int crc_with = mode == MODE_MD5 && g == NULL;
         if (scalar) { /* a 0-d tensor (a loss): its value is all four figures, as msprobe writes */
             r.mx = r.mn = mean = norm = *p;
+            if (mode == MODE_MD5)
+                r.crc = crc_update(0, bytes, 4);
         } else if (large) { /* encode._f32_kernel's f32_mean call, the GIL released as there */
             float m;
-            stats_mean(p, n, E.lanes, threads, mode == MODE_MD5, threads < POOL_MAX ? threads : POOL_MAX, &r, &m);
+            stats_mean(p, n, E.lanes, threads, crc_with, threads < POOL_MAX ? threads : POOL_MAX, &r, &m);
             mean = (double)m;
             norm = sqrt(r.q);
         } else {
-            run_job((const char *)p, n, 4, mode == MODE_MD5 ? JOB_STATS | JOB_CRC : JOB_STATS, &r);
+            run_job((const char *)p, n, 4, crc_with ? JOB_STATS | JOB_CRC : JOB_STATS, &r);
             mean = (double)(torch_sum_f32(p, n, E.lanes) / (float)n);
             norm = sqrt(r.q);
         }
+        if (mode == MODE_MD5 && g != NULL)
+            r.crc = crc_update(0, bytes, (size_t)n * 4);
         if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
             if (mode == MODE_MD5)
                 hex8(hex, r.crc);
@@ -1899,6 +1973,7 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             Py_XDECREF(kv[17]);
         }
     }
+    PyMem_Free(g);
     Py_DECREF(size);
     Py_DECREF(rg);
     Py_XDECREF(entries);

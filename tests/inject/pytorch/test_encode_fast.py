@@ -326,12 +326,41 @@ def test_the_structure_task_and_high_precision_keep_the_python_encoder():
         assert _encoder(**settings)._entries is None, settings
 
 
-def test_the_checksum_modes_read_only_contiguous_tensors_in_c():
+def test_the_checksum_modes_read_a_tensors_bytes_in_its_own_order_in_c():
+    """md5 and xor of a transpose, a permutation or a broadcast (a backward's gradients: a weight's transpose, the
+    expanded gradient of a sum), up to the C path's size, are checksums of the contiguous copy's bytes, without the
+    Python encoder; a 0-d tensor's CRC too. A slice dense in no order and a larger such tensor stay Python's."""
     t = torch.randn(3, 5)
     crc = encode._fast_entries([t], None, [], 1)[0]["md5"]
     assert crc == encode.crc32_hex(t) and encode._fast_entries([t], None, [], 2)[0]["md5"] == encode.xor_hex(t)
-    for mode in (1, 2):  # a transpose's bytes in its own order are not those at its address
-        assert encode._fast_entries([t.t()], lambda *a: "python", [], mode) == ["python"]
+    bits = torch.arange(60, dtype=torch.int32).view(torch.float32)  # denormals, each a distinct bit pattern
+    broadcasts = [torch.tensor(0.1).expand(3, 4), torch.tensor(-0.0).expand(5, 1, 2)]
+    _encoder(summary_mode="md5").encode(broadcasts, Pending(), None)  # md5: the figures the Python encoder keeps
+    cases = [t.t(), torch.randn(2, 3, 4).permute(2, 0, 1), bits.view(3, 4, 5).transpose(0, 2), *broadcasts,
+             torch.tensor(2.5), torch.tensor(float("nan"))]
+    fell_back: list = []
+
+    def fallback(*args):
+        fell_back.append(args)
+
+    for case in cases:
+        assert not case.is_contiguous() or case.dim() == 0
+        md5 = encode._fast_entries([case], fallback, [], 1)[0]
+        xor = encode._fast_entries([case], fallback, [], 2)[0]
+        assert fell_back == [] and md5["md5"] == encode.crc32_hex(case), case.shape
+        assert case.dim() == 0 or xor["md5"] == encode.xor_hex(case)  # a 0-d tensor's is its value
+        assert json.dumps([md5]) == _text(_encoder(summary_mode="md5"), [case], False)
+        assert json.dumps([xor]) == _text(_encoder(summary_mode="xor"), [case], False)
+    nan = bits.view(3, 4, 5).transpose(0, 2)
+    before = encode._fast_entries([nan], None, [], 2)[0]["md5"]
+    bits[7] = torch.tensor(0x7FC01234, dtype=torch.int32).view(torch.float32)  # a NaN: its payload is checksummed
+    assert encode._fast_entries([nan], None, [], 2)[0]["md5"] == encode.xor_hex(nan) != before
+    assert encode._fast_entries([nan], lambda *a: "python", [], 1) == ["python"]  # md5: torch's figures of a NaN
+    unknown = torch.tensor(0.3).expand(4, 4)  # a broadcast whose figures are not known yet: Python computes them
+    assert encode._fast_entries([unknown], lambda *a: "python", [], 1) == ["python"]
+    for case in (torch.randn(4, 6)[:, ::2], torch.randn(80, 60).t()):  # dense in no order; above 4,096 elements
+        for mode in (1, 2):
+            assert encode._fast_entries([case], lambda *a: "python", [], mode) == ["python"]
 
 
 def test_under_a_users_torch_function_mode_the_entries_stay_the_same():
