@@ -7,8 +7,10 @@ not counted; the ways in turn, reversed every other round), so all see the same 
 
 Ways: "no tool" (the debugger not started: its hooks return at once), "all", "no encoding" (values and tensors
 encoded as empty: no statistics read), "no stacks", "no records sent" (records, members and construct entries
-dropped before the writer and its journal), "no module backward" (no backward capture of module calls), and "bare
-hooks" (no encoding, no stacks, no records sent). Prints each way's median step and its overhead over "no tool";
+dropped before the writer and its journal), "no module backward" (no backward capture of module calls), "bare
+hooks" (no encoding, no stacks, no records sent), and "no writer encoding" (the writer thread takes the runs of
+records it encodes in one C call without encoding them: its hold on the interpreter, which the training thread waits
+for, and its CPU, gone; its documents then nearly empty). Prints each way's median step and its overhead over "no tool";
 a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
 way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps seconds apart,
 so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the ways named
@@ -53,7 +55,8 @@ PARTS = {  # part -> (module path, class, method names), timed by exclusive time
     "start, stop, step": ("msprobe_inject.recorder", "Recorder", ("start", "stop", "step")),
     "module backward set-up": ("msprobe_inject.pytorch.modules", "_ModuleBackward", ("inputs", "outputs")),
 }
-WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no module backward", "bare hooks")
+WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no module backward", "bare hooks",
+        "no writer encoding")
 _DROPPED = ("Record", "Merge", "Construct")
 
 
@@ -71,6 +74,17 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
     def send_control_only(self, ev, push=False):  # flushes and step ends still reach the writer
         return None if type(ev).__name__ in _DROPPED else real["send"](self, ev, push)
 
+    events_into = writer.events_into
+    records = (writer.Record, writer.Merge)
+
+    def events_skipped(batch, i, types, _records):
+        # the run events_into would take, taken without a byte encoded (the writer thread's hold on the
+        # interpreter while it encodes: what the training thread waits for)
+        ts, n = types[:4], len(batch)
+        while i < n and type(batch[i]) in ts and (type(batch[i]) not in records or batch[i].pending is None):
+            i += 1
+        return i
+
     def set_way(way: str) -> None:
         enc_type.encode, enc_type.tensor = real["encode"], real["tensor"]
         writer_type.send, writer_type.stack = real["send"], real["stack"]
@@ -86,6 +100,7 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
             writer_type.send = send_control_only
         if way == "no module backward":
             rec.module_bwd = False
+        writer.events_into = events_skipped if way == "no writer encoding" else events_into
 
     model, opt, ids = gpt2()
     for _ in range(warmup):

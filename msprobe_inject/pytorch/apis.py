@@ -260,7 +260,8 @@ class ApiHooks:
                     rec.writer.send(made(Construct, (fkey, self._parent(stack))))
                 if filters.active:
                     filters.finished(fkey)
-                if rec.bwd and prefix != "Distributed":
+                # under no_grad (an optimizer's step: most of a step's calls) no output has a node to hook
+                if rec.bwd and prefix != "Distributed" and _grad_enabled():
                     self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs,
                                             True)
             finally:
