@@ -280,8 +280,9 @@ class ApiHooks:
                 with Quiet():
                     rec.session.ensure_open()
                     rec.writer.send(made(Construct, (fkey, self._parent(stack))))
-                    self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
-                                            kwargs, False)
+                    if _grad_enabled():  # as in call_api
+                        self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
+                                                kwargs, False)
             except Exception as exc:
                 rec.log(f"construct capture failed: {exc}", fkey)
         return out

@@ -358,9 +358,13 @@ def test_the_checksum_modes_read_a_tensors_bytes_in_its_own_order_in_c():
     assert encode._fast_entries([nan], lambda *a: "python", [], 1) == ["python"]  # md5: torch's figures of a NaN
     unknown = torch.tensor(0.3).expand(4, 4)  # a broadcast whose figures are not known yet: Python computes them
     assert encode._fast_entries([unknown], lambda *a: "python", [], 1) == ["python"]
+    edge = torch.randn(64, 64).t()  # 4,096 elements: the C path's; one more dimension's worth is not
+    assert json.dumps(encode._fast_entries([edge], fallback, [], 1, 2)) == _text(_encoder(summary_mode="md5"), [edge],
+                                                                                  False) and fell_back == []
     for case in (torch.randn(4, 6)[:, ::2], torch.randn(80, 60).t()):  # dense in no order; above 4,096 elements
-        for mode in (1, 2):
-            assert encode._fast_entries([case], lambda *a: "python", [], mode) == ["python"]
+        for mode in (1, 2):  # with torch's thread count, which lets a large contiguous tensor's md5 through
+            assert encode._fast_entries([case], lambda *a: "python", [], mode, 2) == ["python"]
+    assert encode._fast_entries([torch.randn(80, 60)], lambda *a: "python", [], 1, 2)[0]["md5"] is not None
 
 
 def test_under_a_users_torch_function_mode_the_entries_stay_the_same():
