@@ -10,7 +10,8 @@ encoded as empty: no statistics read), "no stacks", "no records sent" (records, 
 dropped before the writer and its journal), "no module backward" (no backward capture of module calls), "bare
 hooks" (no encoding, no stacks, no records sent), and "no writer encoding" (the writer thread takes the runs of
 records it encodes in one C call without encoding them: its hold on the interpreter, which the training thread waits
-for, and its CPU, gone; its documents then nearly empty). Prints each way's median step and its overhead over "no tool";
+for, and its CPU, gone; its documents then nearly empty; where the writer encodes record by record, a flight
+recorder's, this way is "all"). Prints each way's median step and its overhead over "no tool";
 a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
 way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps seconds apart,
 so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the ways named

@@ -1596,12 +1596,13 @@ zero_strides(PyObject *t)
     return zero;
 }
 
+static void hex8(char *out, uint32_t v);
+
 /* The entry of a broadcast tensor whose figures encode._constant_f32 found before, looked up as it looks them up:
  * (its value as the kernel reads one element, that value's sign, its shape, torch's thread count from the size
  * where torch's mean splits its sum, else 1). NOT_MINE where they are not there yet (encode.py computes and keeps
- * them) or the value is NaN. */
-static void hex8(char *out, uint32_t v);
-
+ * them) or the value is NaN. md5: the CRC of g, the broadcast's n elements as its contiguous copy holds them (the
+ * figures do not depend on them, the checksum does). */
 static PyObject *
 constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int mode, int threads, const uint32_t *g)
 {
@@ -1660,7 +1661,7 @@ sized(Py_ssize_t n, int mode, int threads)
 }
 
 /* tensor_entry's decision on what its reads found, the same whichever read: 1 this file's tensor, 2 a broadcast of one
- * value (constant_entry's), 0 encode.py's. */
+ * value (its figures constant_entry's; xor: its checksum alone), 0 encode.py's. */
 static int
 gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int cpu, int neg, int contiguous)
 {
@@ -1677,9 +1678,10 @@ gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int
     return permuted_dense(t);
 }
 
-/* The elements of a non-contiguous tensor (a broadcast or a permutation of a dense block; at most 8 dimensions) in its
- * own order: the bytes of its contiguous copy, which the checksums read (encode.crc32_hex, xor_hex). Copied as bits
- * (a NaN's payload is kept). NULL with an exception set where the strides cannot be read or memory is short. */
+/* The elements of a non-contiguous tensor (a broadcast or a permutation of a dense block) in its own order: the bytes
+ * of its contiguous copy, which the checksums read (encode.crc32_hex, xor_hex), row-major as torch copies them. Copied
+ * as bits: a NaN's payload is part of the checksum. At most 8 dimensions, permuted_dense's limit (a broadcast of more
+ * is encode.py's). NULL with an exception set where the strides cannot be read or memory is short. */
 static uint32_t *
 gathered(PyObject *t, const float *p, PyObject *size, Py_ssize_t n)
 {
@@ -1710,7 +1712,7 @@ gathered(PyObject *t, const float *p, PyObject *size, Py_ssize_t n)
     int64_t off = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         g[k] = src[off];
-        for (Py_ssize_t d = nd - 1; d >= 0; d--) { /* the next index, the last dimension fastest */
+        for (Py_ssize_t d = nd - 1; d >= 0; d--) { /* an odometer: offsets added, not an index product per element */
             if (++ix[d] < sz[d]) {
                 off += sd[d];
                 break;
@@ -1723,7 +1725,7 @@ gathered(PyObject *t, const float *p, PyObject *size, Py_ssize_t n)
 }
 
 /* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 2 the
- * same for a broadcast of one value (constant_entry's), 0 for a tensor encode.py encodes (no exception set) */
+ * same for a broadcast of one value (see gate), 0 for a tensor encode.py encodes (no exception set) */
 static int
 py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out, PyObject **ptr_out,
         PyObject **size_out, PyObject **rg_out)

@@ -260,7 +260,8 @@ class ApiHooks:
                     rec.writer.send(made(Construct, (fkey, self._parent(stack))))
                 if filters.active:
                     filters.finished(fkey)
-                # under no_grad (an optimizer's step: most of a step's calls) no output has a node to hook
+                # under no_grad (an optimizer's step: 468 of the 594 recorded calls of overhead.py's GPT-2 step) no
+                # output has a node to hook
                 if rec.bwd and prefix != "Distributed" and _grad_enabled():
                     self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args, kwargs,
                                             True)
@@ -304,8 +305,8 @@ class ApiHooks:
             # modules.ModuleHooks' backward)
             fn = partial(self._backward_body, bkey, record)
             if hook_after is not None:
-                hook_after(t, fn)  # grad mode and the node asked in C++ too
-            elif _grad_enabled():
+                hook_after(t, fn)  # the node asked in C++ (grad mode too)
+            else:  # the callers asked grad mode
                 node = t.grad_fn
                 if node is not None:
                     node.register_hook(fn)

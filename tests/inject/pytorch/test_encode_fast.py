@@ -333,7 +333,7 @@ def test_the_checksum_modes_read_a_tensors_bytes_in_its_own_order_in_c():
     t = torch.randn(3, 5)
     crc = encode._fast_entries([t], None, [], 1)[0]["md5"]
     assert crc == encode.crc32_hex(t) and encode._fast_entries([t], None, [], 2)[0]["md5"] == encode.xor_hex(t)
-    bits = torch.arange(60, dtype=torch.int32).view(torch.float32)  # denormals, each a distinct bit pattern
+    bits = torch.arange(60, dtype=torch.int32).view(torch.float32)  # +0.0 and subnormals: distinct bit patterns
     broadcasts = [torch.tensor(0.1).expand(3, 4), torch.tensor(-0.0).expand(5, 1, 2)]
     _encoder(summary_mode="md5").encode(broadcasts, Pending(), None)  # md5: the figures the Python encoder keeps
     cases = [t.t(), torch.randn(2, 3, 4).permute(2, 0, 1), bits.view(3, 4, 5).transpose(0, 2), *broadcasts,
@@ -358,11 +358,12 @@ def test_the_checksum_modes_read_a_tensors_bytes_in_its_own_order_in_c():
     assert encode._fast_entries([nan], lambda *a: "python", [], 1) == ["python"]  # md5: torch's figures of a NaN
     unknown = torch.tensor(0.3).expand(4, 4)  # a broadcast whose figures are not known yet: Python computes them
     assert encode._fast_entries([unknown], lambda *a: "python", [], 1) == ["python"]
-    edge = torch.randn(64, 64).t()  # 4,096 elements: the C path's; one more dimension's worth is not
+    edge = torch.randn(64, 64).t()  # 4,096 elements: the C path's largest
     assert json.dumps(encode._fast_entries([edge], fallback, [], 1, 2)) == _text(_encoder(summary_mode="md5"), [edge],
                                                                                   False) and fell_back == []
     for case in (torch.randn(4, 6)[:, ::2], torch.randn(80, 60).t()):  # dense in no order; above 4,096 elements
-        for mode in (1, 2):  # with torch's thread count, which lets a large contiguous tensor's md5 through
+        # with torch's thread count, which lets a large contiguous tensor's md5 through (xor takes none that large)
+        for mode in (1, 2):
             assert encode._fast_entries([case], lambda *a: "python", [], mode, 2) == ["python"]
     assert encode._fast_entries([torch.randn(80, 60)], lambda *a: "python", [], 1, 2)[0]["md5"] is not None
 
