@@ -2,7 +2,7 @@
 does not move with the machine's load (a wall-clock ratio on a shared 2-core machine spreads by 5 % and more).
 
     python benchmarks/instructions.py [--only "none;floor;L1;mix;L0"] [--iters 100] [--mode statistics]
-        [--baseline DIR] [--top 0] [--ways "no backward hook;no encoding;records not sent;no stacks"]
+        [--baseline DIR] [--top 0] [--ways "python api path;no backward hook;no encoding;records not sent;no stacks"]
     python benchmarks/instructions.py --only "none;module floor;L0;L0 flight;monitor"
         [--ways "no param grads;no module backward;records not sent;no encoding"]
 
@@ -23,7 +23,9 @@ but on this loop, whose data stay in cache, the two move together; the timed fig
 its C extensions built). --top N prints the N functions with the most instructions of their own (C functions: the
 interpreter, torch, our extensions; Python functions show as the interpreter's). --ways counts each configuration of
 ours again with one part of the recording switched off, as ``call_parts.py`` does (diagnostics: a way that is not
-the code's never runs in a job). Needs valgrind and its
+the code's never runs in a job). Every way runs the API calls through apis.py's Python (their C common case,
+``_apicall.c``, calls the encoder, the stack and the node hook the ways replace): compare a way with "python api
+path", which is that alone. Needs valgrind and its
 ``callgrind.h`` (the start and stop are its client requests, compiled into a small helper library).
 """
 
@@ -44,7 +46,8 @@ ROOT = os.path.dirname(HERE)
 # a configuration's level, and the settings it adds to the dump config (overhead.py's names)
 CONFIGS = {"none": None, "floor": None, "module floor": None, "L1": ("L1", {}), "mix": ("mix", {}), "L0": ("L0", {}),
            "L0 flight": ("L0", {"flight_recorder": 4}), "monitor": ("L0", {"preset": "monitor"})}
-WAYS = ("no backward hook", "no encoding", "records not sent", "no stacks", "no param grads", "no module backward")
+WAYS = ("no backward hook", "no encoding", "records not sent", "no stacks", "no param grads", "no module backward",
+        "python api path")
 
 
 def set_way(way: str) -> None:
@@ -68,6 +71,11 @@ def set_way(way: str) -> None:
         if type(ev) not in dropped:
             send(self, ev, push)
 
+    # the API calls' common case in C (apis._fast_call) calls the encoder, the stack and the node hook itself: a way
+    # that replaces one of those runs the calls through apis.py's Python, compared with "python api path"
+    apis._fast_call = None
+    if way == "python api path":
+        return
     cls, name, fn = {"no backward hook": (apis.ApiHooks, "_register_backward", nothing),
                      "no encoding": (encode.Encoder, "encode", empty),
                      "records not sent": (W.DumpWriter, "send", records_not_sent),

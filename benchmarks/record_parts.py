@@ -11,7 +11,9 @@ dropped before the writer and its journal), "no module backward" (no backward ca
 hooks" (no encoding, no stacks, no records sent), and "no writer encoding" (the writer thread takes the runs of
 records it encodes in one C call without encoding them: its hold on the interpreter, which the training thread waits
 for, and its CPU, gone; its documents then nearly empty; where the writer encodes record by record, a flight
-recorder's, this way is "all"). Prints each way's median step and its overhead over "no tool";
+recorder's, this way is "all"), "python api path" (the API calls' common case through apis.py's Python instead of its
+C, ``_apicall.c``; the C calls the encoder and the stacks itself, so "no encoding", "no stacks", "bare hooks" and the
+timing inside run the Python path too). Prints each way's median step and its overhead over "no tool";
 a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
 way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps seconds apart,
 so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the ways named
@@ -57,7 +59,7 @@ PARTS = {  # part -> (module path, class, method names), timed by exclusive time
     "module backward set-up": ("msprobe_inject.pytorch.modules", "_ModuleBackward", ("inputs", "outputs")),
 }
 WAYS = ("no tool", "all", "no encoding", "no stacks", "no records sent", "no module backward", "bare hooks",
-        "no writer encoding")
+        "no writer encoding", "python api path")
 _DROPPED = ("Record", "Merge", "Construct")
 
 
@@ -86,7 +88,13 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
             i += 1
         return i
 
+    fast = apis._fast_call
+
     def set_way(way: str) -> None:
+        # the API calls' C common case calls the encoder and the stacks itself: the ways that replace those (and the
+        # timing inside, which wraps them) run apis.py's Python path, "python api path" alone
+        apis._fast_call = None if way in ("no encoding", "no stacks", "bare hooks", "python api path", "inside") \
+            else fast
         enc_type.encode, enc_type.tensor = real["encode"], real["tensor"]
         writer_type.send, writer_type.stack = real["send"], real["stack"]
         rec.module_bwd = module_bwd
@@ -116,7 +124,7 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
                 train_step(model, opt, ids, dbg)
                 if k:
                     got[way].append(time.perf_counter() - t0)
-    set_way("all")
+    set_way("inside")
     out = {w: statistics.median(v) * 1e3 for w, v in got.items()}
     # each round's "all" over its "no tool", a few seconds apart: the machine's drift between rounds cancels
     out["ratios"] = [a / b for a, b in zip(got["all"], got["no tool"])]

@@ -64,6 +64,11 @@ class DumpMode(TorchFunctionMode):
         # first: dynamo traces this method, and a dict of any callables is nothing it guards
         if dynamo_compiling() or COMPILER._is_compiling_flag:
             return func(*args, **kwargs)
+        fast = _fast_call
+        if fast is not None:  # the common case in C (_apicall.c); _SLOW where it is this body's, nothing run yet
+            out = fast(self, func, args, kwargs)
+            if out is not _SLOW:
+                return out
         try:
             info = self.known.get(func, _UNSEEN)
         except TypeError:  # an unhashable callable: resolve() says what it is
@@ -229,7 +234,7 @@ class ApiHooks:
             finally:
                 _leave_quiet(sec)
         except Exception as exc:
-            rec.log(f"input capture failed: {type(exc).__name__}: {exc}", fkey)
+            self._capture_failed("input", exc, fkey)
         t.in_api = True
         try:
             out = func(*args, **kwargs)
@@ -268,8 +273,12 @@ class ApiHooks:
             finally:
                 _leave_quiet(sec)
         except Exception as exc:
-            rec.log(f"output capture failed: {type(exc).__name__}: {exc}", fkey)
+            self._capture_failed("output", exc, fkey)
         return out
+
+    def _capture_failed(self, stage: str, exc: BaseException, key: str) -> None:
+        """A record's capture failed (the user's call has run or will): a tool error, logged with its key."""
+        self.rec.log(f"{stage} capture failed: {type(exc).__name__}: {exc}", key)
 
     def _filtered(self, func, base, idx, fkey, prefix, api, args, kwargs, stack):
         """A call the filters (or the lists) leave out: called through, and at mix its tree place kept."""
@@ -346,3 +355,17 @@ def _load_ignore() -> Dict[tuple, Dict[str, tuple]]:
 
 
 _IGNORE = _load_ignore()
+
+
+# The common recorded call in C where built (_apicall.c: the steps of __torch_function__ and call_api above, no
+# interpreter frame of theirs); _fast_call None runs every call through the Python above
+_SLOW = object()
+try:
+    from . import _apicall
+except ImportError:
+    _apicall = None
+_fast_call = None
+if _apicall is not None:
+    _apicall.setup(_SLOW, _FunctionType, _TENSOR, made, Record, Construct, partial, hook_after,
+                   stack_at, _grad_enabled, _enter_quiet, _leave_quiet, tls, apinames.respell)
+    _fast_call = _apicall.call

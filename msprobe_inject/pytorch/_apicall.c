@@ -1,0 +1,713 @@
+/* A recorded API call's common case in one C call: DumpMode.__torch_function__'s body and ApiHooks.call_api's steps
+ * without their interpreter frames (about 330 bytecode instructions per recorded call).
+ *
+ * call(mode, func, args, kwargs) -> the call's output, or the module's SLOW sentinel before anything has run: the
+ * Python body then runs the call as it always did (apis.py stays the owner of what a recorded call is; this is the
+ * same steps, spelled in C for the case most calls are). The case taken here: a callable resolve() has already named
+ * (DumpMode.known), listed, not Distributed or NPU, keyword arguments without an out= buffer and not respelled (a
+ * Python function called with keywords), the session running in this process, no filters, no tensor files, inputs,
+ * outputs and the forward direction recorded, the encoder's C entries on. A callable known as no API, and a call
+ * inside the tool or inside a recorded API, is called through here too.
+ *
+ * What is asked of the objects is asked as the Python does (their attributes, each call): a setting that changes
+ * between calls is seen by the next one. The frames: this runs in __torch_function__'s frame, so a stack skips one
+ * frame fewer than call_api's. Errors in the capture are the Python's: an Exception logged through
+ * ApiHooks._capture_failed with the record's key, anything else raised; the user's call runs once, outside every
+ * quiet section, and its exception is the caller's. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *
+Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
+/* 1 where o has the attribute, 0 where not, -1 with an error */
+static int
+has_attr(PyObject *o, PyObject *name)
+{
+    PyObject *v;
+#if PY_VERSION_HEX >= 0x030D0000
+    int r = PyObject_GetOptionalAttr(o, name, &v);
+#else
+    int r = _PyObject_LookupAttr(o, name, &v);
+#endif
+    Py_XDECREF(v);
+    return r;
+}
+
+static PyObject *SLOW, *T_function, *T_tensor, *F_made, *T_record, *T_construct, *F_partial,
+    *F_hook_after, *F_stack_at, *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *V_one;
+static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
+    *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
+    *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
+    *s_send, *s_construct, *s_optimizer_running, *s_level, *s_mix, *s_bwd, *s_backward_body, *s_register_backward,
+    *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
+    *s_input_args, *s_input_kwargs, *s_tls_stack, *s_optimizer, *s_backward, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti;
+
+/* an attribute's truth: 1, 0, or -1 with an error */
+static int
+attr_true(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *
+call_through(PyObject *func, PyObject *args, PyObject *kwargs)
+{
+    return PyObject_Call(func, args, kwargs);
+}
+
+/* the held error put back after the cleanup call, or the cleanup's error kept if there was none before */
+typedef struct {
+    PyObject *t, *v, *tb;
+} Held;
+
+static void
+hold(Held *h)
+{
+    PyErr_Fetch(&h->t, &h->v, &h->tb);
+}
+
+/* 0: no error was held and none raised; -1: an error is set (the held one, or the cleanup's) */
+static int
+restore(Held *h, int cleanup_ok)
+{
+    if (h->t != NULL) {
+        if (!cleanup_ok)
+            PyErr_Clear();
+        PyErr_Restore(h->t, h->v, h->tb);
+        return -1;
+    }
+    return cleanup_ok ? 0 : -1;
+}
+
+/* enc.encode(value, pending, None) with the encoder's C entries: its fallback (NotImplemented) the Python encode */
+static PyObject *
+encode(PyObject *enc, PyObject *value, PyObject *pending)
+{
+    PyObject *ctx = PyObject_GetAttr(enc, s_ctx), *entries = ctx == NULL ? NULL : PyObject_GetAttr(enc, s_entries);
+    if (entries == NULL) {
+        Py_XDECREF(ctx);
+        return NULL;
+    }
+    Py_ssize_t start = PyList_GET_SIZE(pending);
+    PyObject *a[3] = {ctx, value, pending};
+    PyObject *got = PyObject_Vectorcall(entries, a, 3, NULL);
+    Py_DECREF(entries);
+    Py_DECREF(ctx);
+    /* as encode() does whatever the call did: the device items it queued get their norms */
+    Held h;
+    hold(&h);
+    int ok = 1, dev = attr_true(enc, s_devices);
+    if (dev < 0) {
+        ok = 0;
+    } else if (dev && PyList_GET_SIZE(pending) > start) {
+        PyObject *st = PyLong_FromSsize_t(start);
+        PyObject *r = st == NULL ? NULL : PyObject_CallMethodObjArgs(enc, s_finish, pending, st, NULL);
+        Py_XDECREF(st);
+        ok = r != NULL;
+        Py_XDECREF(r);
+    }
+    if (restore(&h, ok) < 0) {
+        Py_XDECREF(got);
+        return NULL;
+    }
+    if (got == Py_NotImplemented) {
+        Py_DECREF(got);
+        return PyObject_CallMethodObjArgs(enc, s_encode, value, pending, Py_None, NULL);
+    }
+    return got;
+}
+
+/* a capture's Exception logged (hooks._capture_failed(stage, exc, key)); a BaseException that is not one stays set */
+static int
+capture_failed(PyObject *hooks, PyObject *stage, PyObject *key)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb != NULL && v != NULL)
+        PyException_SetTraceback(v, tb);
+    PyObject *r = PyObject_CallMethodObjArgs(hooks, s_capture_failed, stage, v != NULL ? v : Py_None, key, NULL);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* the steps of one quiet section: enter, body(), leave (the flag and guard put back whatever body did) */
+static PyObject *
+quiet_enter(void)
+{
+    return PyObject_CallNoArgs(F_enter);
+}
+
+static int
+quiet_leave(PyObject *sec)
+{
+    Held h;
+    hold(&h);
+    PyObject *r = PyObject_CallOneArg(F_leave, sec);
+    Py_DECREF(sec);
+    Py_XDECREF(r);
+    return restore(&h, r != NULL);
+}
+
+/* the record's inputs: body["input_args"], body["input_kwargs"], and the stack when extra */
+static int
+capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, PyObject *args, PyObject *kwargs,
+               PyObject *fkey)
+{
+    PyObject *lst = PySequence_List(args);
+    if (lst == NULL)
+        return -1;
+    PyObject *e = encode(enc, lst, pending);
+    Py_DECREF(lst);
+    if (e == NULL)
+        return -1;
+    int r = PyDict_SetItem(body, s_input_args, e);
+    Py_DECREF(e);
+    if (r < 0)
+        return -1;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
+        PyObject *kw = PyDict_Copy(kwargs);
+        if (kw == NULL)
+            return -1;
+        e = encode(enc, kw, pending);
+        Py_DECREF(kw);
+    } else {
+        e = PyDict_New();
+    }
+    if (e == NULL)
+        return -1;
+    r = PyDict_SetItem(body, s_input_kwargs, e);
+    Py_DECREF(e);
+    if (r < 0)
+        return -1;
+    int extra = attr_true(rec, s_extra);
+    if (extra <= 0)
+        return extra;
+    PyObject *w = PyObject_GetAttr(rec, s_writer);
+    if (w == NULL)
+        return -1;
+    int seen = 0;
+    if (F_stack_at != Py_None) {
+        PyObject *a[3] = {w, fkey, V_one};
+        PyObject *got = PyObject_Vectorcall(F_stack_at, a, 3, NULL);
+        if (got == NULL) {
+            Py_DECREF(w);
+            return -1;
+        }
+        seen = PyObject_IsTrue(got);
+        Py_DECREF(got);
+        if (seen < 0) {
+            Py_DECREF(w);
+            return -1;
+        }
+    }
+    if (!seen) {
+        PyObject *got = PyObject_CallMethodObjArgs(w, s_stack, fkey, V_one, NULL);
+        Py_XDECREF(got);
+        if (got == NULL) {
+            Py_DECREF(w);
+            return -1;
+        }
+    }
+    Py_DECREF(w);
+    return 0;
+}
+
+static int
+send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
+{
+    PyObject *tup = a2 != NULL ? PyTuple_Pack(3, a0, a1, a2) : PyTuple_Pack(2, a0, a1);
+    if (tup == NULL)
+        return -1;
+    PyObject *ma[2] = {type, tup};
+    PyObject *ev = PyObject_Vectorcall(F_made, ma, 2, NULL);
+    Py_DECREF(tup);
+    if (ev == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethodOneArg(w, s_send, ev);
+    Py_DECREF(ev);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* the record's output, the record sent, its tree place, its backward hook */
+static int
+capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyObject *body, PyObject *pending,
+                PyObject *out, PyObject *fkey, PyObject *info, PyObject *idx, PyObject *args, PyObject *kwargs)
+{
+    PyObject *value;
+    if (Py_IS_TYPE(out, (PyTypeObject *)T_tensor)) {
+        value = PyList_New(1);
+        if (value == NULL)
+            return -1;
+        Py_INCREF(out);
+        PyList_SET_ITEM(value, 0, out);
+    } else {
+        int seq = PyList_Check(out) || PyTuple_Check(out);
+        if (seq) {
+            int named = has_attr(out, s_fields);
+            if (named < 0)
+                return -1;
+            seq = !named;
+        }
+        value = seq ? PySequence_List(out) : PyList_New(1);
+        if (value == NULL)
+            return -1;
+        if (!seq) {
+            Py_INCREF(out);
+            PyList_SET_ITEM(value, 0, out);
+        }
+    }
+    PyObject *e = encode(enc, value, pending);
+    Py_DECREF(value);
+    if (e == NULL)
+        return -1;
+    int r = PyDict_SetItem(body, s_output, e);
+    Py_DECREF(e);
+    if (r < 0)
+        return -1;
+    PyObject *w = PyObject_GetAttr(rec, s_writer);
+    if (w == NULL)
+        return -1;
+    /* Session.ensure_open's test, as call_api spells it */
+    PyObject *kind = PyObject_GetAttr(s, s_ready_kind);
+    int open = kind == NULL ? -1 : PyObject_RichCompareBool(kind, s_dump, Py_EQ);
+    Py_XDECREF(kind);
+    if (open == 1) {
+        int stopped = attr_true(w, s_stopped);
+        open = stopped < 0 ? -1 : !stopped;
+    }
+    if (open == 0) {
+        PyObject *got = PyObject_CallMethodNoArgs(s, s_ensure_open);
+        Py_XDECREF(got);
+        open = got == NULL ? -1 : 1;
+    }
+    if (open < 0 || send(w, T_record, fkey, body, PyList_GET_SIZE(pending) ? pending : Py_None) < 0) {
+        Py_DECREF(w);
+        return -1;
+    }
+    int cons = attr_true(rec, s_construct);
+    if (cons > 0) {
+        /* ApiHooks._parent */
+        PyObject *parent = NULL;
+        int opt = attr_true(hooks, s_optimizer_running);
+        if (opt > 0) {
+            PyObject *lvl = PyObject_GetAttr(rec, s_level);
+            opt = lvl == NULL ? -1 : PyObject_RichCompareBool(lvl, s_mix, Py_EQ);
+            Py_XDECREF(lvl);
+        }
+        if (opt > 0) {
+            parent = Py_NewRef(s_optimizer);
+        } else if (opt == 0) {
+            PyObject *stack = PyObject_GetAttr(TLS, s_tls_stack);
+            if (stack != NULL) {
+                Py_ssize_t n = PyObject_Length(stack);
+                parent = n < 0 ? NULL : n == 0 ? Py_NewRef(Py_None) : PySequence_GetItem(stack, n - 1);
+                Py_DECREF(stack);
+            }
+        }
+        if (parent == NULL || send(w, T_construct, fkey, parent, NULL) < 0) {
+            Py_XDECREF(parent);
+            Py_DECREF(w);
+            return -1;
+        }
+        Py_DECREF(parent);
+    }
+    Py_DECREF(w);
+    if (cons < 0)
+        return -1;
+    /* under no_grad no output has a node to hook */
+    int bwd = attr_true(rec, s_bwd);
+    if (bwd <= 0)
+        return bwd;
+    PyObject *g = PyObject_CallNoArgs(F_grad);
+    if (g == NULL)
+        return -1;
+    int on = PyObject_IsTrue(g);
+    Py_DECREF(g);
+    if (on <= 0)
+        return on;
+    PyObject *base = PyTuple_GET_ITEM(info, 0);
+    PyObject *bkey = PyUnicode_FromFormat("%U%S.%U", base, idx, s_backward);
+    if (bkey == NULL)
+        return -1;
+    Py_ssize_t drop = PyUnicode_Find(PyTuple_GET_ITEM(info, 3), s_dropout, 0, PY_SSIZE_T_MAX, 1);
+    if (drop == -2) {
+        Py_DECREF(bkey);
+        return -1;
+    }
+    if (F_hook_after != Py_None && Py_IS_TYPE(out, (PyTypeObject *)T_tensor) && drop < 0) {
+        /* _register_backward's common case: a plain tensor, no dropout (whose p the Python asks) */
+        int rg = attr_true(out, s_requires_grad);
+        if (rg > 0) {
+            PyObject *body_fn = PyObject_GetAttr(hooks, s_backward_body);
+            PyObject *fn = NULL;
+            if (body_fn != NULL) {
+                PyObject *pa[3] = {body_fn, bkey, Py_True};
+                fn = PyObject_Vectorcall(F_partial, pa, 3, NULL);
+                Py_DECREF(body_fn);
+            }
+            if (fn == NULL) {
+                rg = -1;
+            } else {
+                PyObject *ha[2] = {out, fn};
+                PyObject *got = PyObject_Vectorcall(F_hook_after, ha, 2, NULL);
+                Py_DECREF(fn);
+                Py_XDECREF(got);
+                rg = got == NULL ? -1 : 0;
+            }
+        }
+        Py_DECREF(bkey);
+        return rg < 0 ? -1 : 0;
+    }
+    PyObject *kw = kwargs != NULL ? Py_NewRef(kwargs) : PyDict_New();
+    if (kw == NULL) {
+        Py_DECREF(bkey);
+        return -1;
+    }
+    PyObject *got = PyObject_CallMethodObjArgs(hooks, s_register_backward, out, bkey, PyTuple_GET_ITEM(info, 2),
+                                               PyTuple_GET_ITEM(info, 3), args, kw, Py_True, NULL);
+    Py_DECREF(kw);
+    Py_DECREF(bkey);
+    Py_XDECREF(got);
+    return got == NULL ? -1 : 0;
+}
+
+/* the call, in_api set around it (nested APIs pass through), put back whatever the call did */
+static PyObject *
+run_in_api(PyObject *func, PyObject *args, PyObject *kwargs)
+{
+    if (PyObject_SetAttr(TLS, s_in_api, Py_True) < 0)
+        return NULL;
+    PyObject *out = PyObject_Call(func, args, kwargs);
+    Held h;
+    hold(&h);
+    int ok = PyObject_SetAttr(TLS, s_in_api, Py_False) == 0;
+    if (restore(&h, ok) < 0) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* An operator method's info where resolve() has kept it for this calling instruction (ApiHooks._sites, keyed as
+ * resolve keys it: the method, the calling code's id, its instruction, whether the second argument is a tensor); NULL
+ * without an error where it has not (or the caller is a wrapper whose site resolve() looks further for). */
+static PyObject *
+operator_site(PyObject *mode, PyObject *func, PyObject *args)
+{
+    PyObject *hooks = PyObject_GetAttr(mode, s_hooks), *ops = NULL, *sites = NULL, *code = NULL, *name = NULL,
+             *lasti = NULL, *id = NULL, *site = NULL, *info = NULL;
+    PyFrameObject *frame = NULL;
+    if (hooks == NULL || (ops = PyObject_GetAttr(hooks, s_operators)) == NULL
+        || (sites = PyObject_GetAttr(hooks, s_sites)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(ops) || !PyDict_CheckExact(sites))
+        goto done;
+    PyObject *op = PyDict_GetItemWithError(ops, func);
+    if (op == NULL) {
+        if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_TypeError))
+            PyErr_Clear();
+        goto done;
+    }
+    /* the frame that called the operator: __torch_function__'s (this call runs in it) caller */
+    PyFrameObject *here = PyEval_GetFrame();
+    if (here == NULL || (frame = PyFrame_GetBack(here)) == NULL)
+        goto done;
+    code = (PyObject *)PyFrame_GetCode(frame);
+    if ((name = PyObject_GetAttr(code, s_co_name)) == NULL)
+        goto done;
+    int r = PyUnicode_Check(name) ? PyUnicode_CompareWithASCIIString(name, "wrapped") : 1;
+    if (r == 0 || (lasti = PyObject_GetAttr((PyObject *)frame, s_f_lasti)) == NULL
+        || (id = PyLong_FromVoidPtr(code)) == NULL)
+        goto done;
+    int tensor2 = 0;
+    if (PyTuple_GET_SIZE(args) > 1 && (tensor2 = PyObject_IsInstance(PyTuple_GET_ITEM(args, 1), T_tensor)) < 0)
+        goto done;
+    if ((site = PyTuple_Pack(4, func, id, lasti, tensor2 ? Py_True : Py_False)) == NULL)
+        goto done;
+    PyObject *got = PyDict_GetItemWithError(sites, site);
+    if (got != NULL && PyTuple_Check(got) && PyTuple_GET_SIZE(got) > 0)
+        info = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+done:
+    Py_XDECREF(site);
+    Py_XDECREF(id);
+    Py_XDECREF(lasti);
+    Py_XDECREF(name);
+    Py_XDECREF(code);
+    Py_XDECREF(frame);
+    Py_XDECREF(sites);
+    Py_XDECREF(ops);
+    Py_XDECREF(hooks);
+    return info;
+}
+
+/* 1: the common case this module records; 0: the Python's (SLOW); -1: an error */
+static int
+common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject *s, PyObject *enc)
+{
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 4 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(info, 0)))
+        return 0;
+    int r = PyObject_IsTrue(PyTuple_GET_ITEM(info, 1)); /* listed */
+    if (r <= 0)
+        return r;
+    PyObject *prefix = PyTuple_GET_ITEM(info, 2);
+    if ((r = PyObject_RichCompareBool(prefix, s_distributed, Py_EQ)) != 0
+        || (r = PyObject_RichCompareBool(prefix, s_npu, Py_EQ)) != 0)
+        return r < 0 ? -1 : 0;
+    if ((r = attr_true(s, s_running)) <= 0)
+        return r;
+    if (kwargs != NULL && (r = PyDict_Contains(kwargs, s_out)) != 0)
+        return r < 0 ? -1 : 0;
+    if ((r = attr_true(rec, s_forked)) != 0)
+        return r < 0 ? -1 : 0;
+    PyObject *filters = PyObject_GetAttr(s, s_filters);
+    if (filters == NULL)
+        return -1;
+    r = attr_true(filters, s_active);
+    Py_DECREF(filters);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    if ((r = attr_true(enc, s_some_files)) != 0)
+        return r < 0 ? -1 : 0;
+    PyObject *entries = PyObject_GetAttr(enc, s_entries);
+    if (entries == NULL)
+        return -1;
+    r = entries != Py_None;
+    Py_DECREF(entries);
+    if (r == 0)
+        return 0;
+    if ((r = attr_true(rec, s_fwd)) <= 0 || (r = attr_true(rec, s_inp)) <= 0 || (r = attr_true(rec, s_outp)) <= 0)
+        return r;
+    return 1;
+}
+
+/* call(mode, func, args, kwargs): see the top of this file */
+static PyObject *
+apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "call(mode, func, args, kwargs)");
+        return NULL;
+    }
+    if (SLOW == NULL)
+        return Py_NewRef(Py_NotImplemented);
+    PyObject *mode = a[0], *func = a[1], *args = a[2], *kwargs = a[3];
+    if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_Check(kwargs)))
+        return Py_NewRef(SLOW);
+    if (kwargs == Py_None)
+        kwargs = NULL;
+    PyObject *known = PyObject_GetAttr(mode, s_known);
+    if (known == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(known)) {
+        Py_DECREF(known);
+        return Py_NewRef(SLOW);
+    }
+    PyObject *info = PyDict_GetItemWithError(known, func);
+    Py_XINCREF(info);
+    Py_DECREF(known);
+    if (info == NULL) {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))
+                return NULL;
+            PyErr_Clear(); /* an unhashable callable: resolve() says what it is */
+            return Py_NewRef(SLOW);
+        }
+        if ((info = operator_site(mode, func, args)) == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(SLOW);
+    }
+    if (info == Py_None) {
+        Py_DECREF(info);
+        return call_through(func, args, kwargs);
+    }
+    PyObject *hooks = NULL, *rec = NULL, *s = NULL, *enc = NULL, *body = NULL, *pending = NULL, *fkey = NULL,
+             *idx = NULL, *out = NULL, *res = NULL, *in_args = NULL, *in_kwargs = NULL;
+    int r = attr_true(TLS, s_busy);
+    if (r == 0)
+        r = attr_true(TLS, s_in_api);
+    if (r != 0)
+        goto through;
+    if ((hooks = PyObject_GetAttr(mode, s_hooks)) == NULL || (rec = PyObject_GetAttr(hooks, s_rec)) == NULL)
+        goto done;
+    if ((r = attr_true(rec, s_api_on)) <= 0)
+        goto through;
+    if ((s = PyObject_GetAttr(rec, s_session)) == NULL || (enc = PyObject_GetAttr(rec, s_encoder)) == NULL)
+        goto done;
+    if ((r = common(func, info, kwargs, rec, s, enc)) <= 0) {
+        if (r == 0)
+            res = Py_NewRef(SLOW);
+        goto done;
+    }
+    /* a Python function called with keywords (torch's handle_torch_function passes its own split): the caller's
+     * positional and keyword arguments for the record (apinames.respell, which __torch_function__'s caller is given) */
+    in_args = Py_NewRef(args);
+    in_kwargs = kwargs != NULL ? Py_NewRef(kwargs) : NULL;
+    if (Py_IS_TYPE(func, (PyTypeObject *)T_function) && kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
+        PyFrameObject *here = PyEval_GetFrame();
+        PyObject *caller = here != NULL ? (PyObject *)PyFrame_GetBack(here) : NULL;
+        PyObject *ra[4] = {func, args, kwargs, caller != NULL ? caller : Py_None};
+        PyObject *sp = PyObject_Vectorcall(F_respell, ra, 4, NULL);
+        Py_XDECREF(caller);
+        if (sp == NULL)
+            goto done;
+        if (!PyTuple_CheckExact(sp) || PyTuple_GET_SIZE(sp) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(sp, 0))
+            || !PyDict_Check(PyTuple_GET_ITEM(sp, 1))) {
+            Py_DECREF(sp);
+            res = Py_NewRef(SLOW);
+            goto done;
+        }
+        Py_SETREF(in_args, Py_NewRef(PyTuple_GET_ITEM(sp, 0)));
+        Py_XSETREF(in_kwargs, Py_NewRef(PyTuple_GET_ITEM(sp, 1)));
+        Py_DECREF(sp);
+        if ((r = PyDict_Contains(in_kwargs, s_out)) != 0) { /* an out= buffer the Python leaves out of the inputs */
+            if (r > 0)
+                res = Py_NewRef(SLOW);
+            goto done;
+        }
+    }
+    /* the record's name: Session.api_counts holds the calls of each base so far */
+    PyObject *base = PyTuple_GET_ITEM(info, 0);
+    PyObject *counts = PyObject_GetAttr(s, s_api_counts);
+    if (counts == NULL)
+        goto done;
+    if (!PyDict_CheckExact(counts)) {
+        Py_DECREF(counts);
+        res = Py_NewRef(SLOW);
+        goto done;
+    }
+    idx = PyDict_GetItemWithError(counts, base);
+    Py_XINCREF(idx);
+    Py_DECREF(counts);
+    if (idx == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        idx = PyLong_FromLong(0);
+    }
+    if (idx == NULL || (fkey = PyUnicode_FromFormat("%U%S.forward", base, idx)) == NULL || (body = PyDict_New()) == NULL
+        || (pending = PyList_New(0)) == NULL)
+        goto done;
+    PyObject *sec = quiet_enter();
+    r = sec == NULL ? -1 : capture_inputs(rec, enc, body, pending, in_args, in_kwargs, fkey);
+    if (sec != NULL && quiet_leave(sec) < 0)
+        r = -1;
+    if (r < 0 && capture_failed(hooks, s_input, fkey) < 0)
+        goto done;
+    if ((out = run_in_api(func, args, kwargs)) == NULL)
+        goto done;
+    /* Session.finish_api: the count read again (the session's dict, whatever the call did) */
+    counts = PyObject_GetAttr(s, s_api_counts);
+    if (counts == NULL)
+        goto done;
+    PyObject *cur = PyDict_GetItemWithError(counts, base); /* borrowed */
+    PyObject *next = cur != NULL ? PyNumber_Add(cur, V_one) : PyErr_Occurred() ? NULL : Py_NewRef(V_one);
+    r = next == NULL ? -1 : PyDict_SetItem(counts, base, next);
+    Py_XDECREF(next);
+    Py_DECREF(counts);
+    if (r < 0)
+        goto done;
+    sec = quiet_enter();
+    r = sec == NULL ? -1 : capture_outputs(hooks, rec, s, enc, body, pending, out, fkey, info, idx, args, kwargs);
+    if (sec != NULL && quiet_leave(sec) < 0)
+        r = -1;
+    if (r < 0 && capture_failed(hooks, s_output, fkey) < 0)
+        goto done;
+    res = Py_NewRef(out);
+    goto done;
+through:
+    if (r >= 0)
+        res = call_through(func, args, kwargs);
+done:
+    Py_XDECREF(in_kwargs);
+    Py_XDECREF(in_args);
+    Py_XDECREF(out);
+    Py_XDECREF(pending);
+    Py_XDECREF(body);
+    Py_XDECREF(fkey);
+    Py_XDECREF(idx);
+    Py_XDECREF(enc);
+    Py_XDECREF(s);
+    Py_XDECREF(rec);
+    Py_XDECREF(hooks);
+    Py_DECREF(info);
+    return res;
+}
+
+/* setup(slow, function type, tensor type, made, Record, Construct, partial, hook_after or None,
+ * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell): what every call uses, given
+ * once */
+static PyObject *
+apicall_setup(PyObject *self, PyObject *args)
+{
+    PyObject *o[14];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13]))
+        return NULL;
+    if (!PyType_Check(o[1]) || !PyType_Check(o[2])) {
+        PyErr_SetString(PyExc_TypeError, "setup: the function and tensor types");
+        return NULL;
+    }
+    PyObject **dst[14] = {&SLOW, &T_function, &T_tensor, &F_made, &T_record, &T_construct, &F_partial,
+                          &F_hook_after, &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell};
+    for (int i = 0; i < 14; i++) {
+        Py_INCREF(o[i]);
+        Py_XSETREF(*dst[i], o[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"call", (PyCFunction)(void (*)(void))apicall_call, METH_FASTCALL,
+     "call(mode, func, args, kwargs): a recorded API call's common case, or the SLOW sentinel"},
+    {"setup", apicall_setup, METH_VARARGS, "setup(...): the objects every call uses"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_apicall", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC
+PyInit__apicall(void)
+{
+#define I(v, text)                                                                                                   \
+    if ((v = PyUnicode_InternFromString(text)) == NULL)                                                              \
+        return NULL;
+    I(s_known, "known"); I(s_hooks, "hooks"); I(s_rec, "rec"); I(s_busy, "busy"); I(s_in_api, "in_api");
+    I(s_api_on, "api_on"); I(s_session, "session"); I(s_running, "running"); I(s_forked, "forked");
+    I(s_api_counts, "api_counts"); I(s_filters, "filters"); I(s_active, "active"); I(s_encoder, "encoder");
+    I(s_some_files, "some_files"); I(s_entries, "_entries"); I(s_ctx, "_ctx"); I(s_devices, "_devices");
+    I(s_finish, "_finish"); I(s_fwd, "fwd"); I(s_inp, "inp"); I(s_outp, "outp"); I(s_extra, "extra");
+    I(s_writer, "writer"); I(s_stack, "stack"); I(s_ready_kind, "ready_kind"); I(s_dump, "dump");
+    I(s_stopped, "stopped"); I(s_ensure_open, "ensure_open"); I(s_send, "send"); I(s_construct, "construct");
+    I(s_optimizer_running, "optimizer_running"); I(s_level, "level"); I(s_mix, "mix"); I(s_bwd, "bwd");
+    I(s_backward_body, "_backward_body"); I(s_register_backward, "_register_backward");
+    I(s_requires_grad, "requires_grad"); I(s_capture_failed, "_capture_failed"); I(s_out, "out");
+    I(s_distributed, "Distributed"); I(s_npu, "NPU"); I(s_input, "input"); I(s_output, "output");
+    I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");
+    I(s_tls_stack, "stack"); I(s_optimizer, "optimizer"); I(s_backward, "backward"); I(s_encode, "encode"); I(s_dropout, "dropout");
+    I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
+#undef I
+    if ((V_one = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

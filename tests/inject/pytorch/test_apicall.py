@@ -1,0 +1,136 @@
+"""A recorded API call's common case in C (pytorch/_apicall.c): the same records, stacks, tree places, backward
+records, error log lines and counts as apis.py's Python path, which runs every call when the C is switched off."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+from util import PREAMBLE, run_py
+
+# one process per path: the same seeded model and calls, the C common case on or off (apis._fast_call); the
+# Python call_api counted, so that each run says how many calls the Python path took
+SCRIPT = PREAMBLE + """
+from msprobe_inject.pytorch import apis
+if apis._fast_call is None:
+    print("NO-C"); sys.exit(0)
+if sys.argv[1] == "py":
+    apis._fast_call = None
+level, summary = sys.argv[2], sys.argv[3]
+python_calls = [0]
+real = apis.ApiHooks.call_api
+def counted(self, *a, **k):
+    python_calls[0] += 1
+    return real(self, *a, **k)
+apis.ApiHooks.call_api = counted
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        y = self.drop(F.relu(self.fc(x)))
+        return y * 2 + 1  # operators: their names kept per calling instruction
+
+with open("config.json", "w") as fh:
+    json.dump({"task": "statistics", "dump_path": "d", "level": level, "statistics": {"summary_mode": summary}}, fh)
+debugger = PrecisionDebugger(config_path="config.json")
+m = nn.Sequential(Block(), nn.Linear(4, 2))
+for step in range(2):
+    python_calls[0] = 0  # the second step's: every callable has been seen (named) in the first
+    debugger.start(model=m)
+    x = torch.randn(3, 4, requires_grad=True)
+    y = m(x)
+    z = (y - 0.5).sum() + F.gelu(y, approximate="tanh").mean()  # a Python function with keywords: respelled
+    a, b = torch.var_mean(y, dim=1)  # a tuple output
+    try:
+        torch.matmul(a, torch.ones(5, 5))  # the user's error is the user's, and the next call is recorded
+    except RuntimeError:
+        pass
+    top = torch.topk(y, 1, dim=1)  # a named tuple: one value
+    z = z + torch.matmul(a, b.t()).sum() + torch.add(y, y, alpha=2).sum() + top.values.sum()
+    with torch.no_grad():
+        torch.add(x, 1)  # no backward hook under no_grad
+    z.backward()
+    debugger.stop()
+    debugger.step()
+print("PYTHON-CALLS", python_calls[0])
+"""
+
+
+def _run(tmp, way: str, level: str, summary: str):
+    cwd = tmp / f"{way}-{level}-{summary}"
+    cwd.mkdir()
+    out = run_py(SCRIPT, str(cwd), args=(way, level, summary)).stdout
+    if "NO-C" in out:
+        pytest.skip("the C common case is not built here")
+    files = {}
+    for path in sorted(glob.glob(str(cwd / "d" / "**" / "*"), recursive=True)):
+        if os.path.isfile(path):
+            rel = os.path.relpath(path, cwd / "d").split(os.sep)
+            rel[1] = "rank"  # proc{pid} before the rank is known: the two runs' pids differ
+            with open(path, "rb") as fh:  # the stacks name the script by its path: the runs' directories differ
+                files["/".join(rel)] = fh.read().replace(str(cwd).encode(), b"CWD")
+    return files, int(out.split("PYTHON-CALLS")[1].split()[0])
+
+
+@pytest.mark.parametrize("level,summary", [("L1", "statistics"), ("mix", "statistics"), ("L1", "md5")])
+def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, summary):
+    fast, c_python_calls = _run(tmp_path, "c", level, summary)
+    slow, py_python_calls = _run(tmp_path, "py", level, summary)
+    assert sorted(fast) == sorted(slow)
+    assert any(k.endswith("stack.json") for k in fast)
+    differ = [k for k in fast if fast[k] != slow[k]]
+    assert not differ, (differ, fast[differ[0]][:2000], slow[differ[0]][:2000])
+    data = json.loads(fast["step1/rank/dump.json"])["data"]
+    forward = [k for k in data if k.endswith(".forward")]
+    # every listed call a record: the operators, the respelled gelu, the tuple output, the call after the error
+    names = {k.rsplit(".", 2)[0] for k in forward}
+    for name in ("Tensor.__mul__", "Tensor.__add__", "Tensor.__sub__", "Functional.gelu", "Torch.var_mean",
+                 "Torch.topk", "Torch.matmul", "Torch.add"):
+        assert name in names, (name, sorted(names))
+    # the failing matmul was not counted: the next one is .0
+    assert "Torch.matmul.0.forward" in data and "Torch.matmul.1.forward" not in data
+    assert len(data["Torch.var_mean.0.forward"]["output"]) == 2
+    # in the second step the Python path took every recorded call in one run, none in the other (the respelled
+    # relu and dropout, the operators, the tuple outputs, the call after the user's error: all the C's)
+    assert py_python_calls == len(forward) + 1  # the failing matmul: called, not recorded
+    assert c_python_calls == 0
+
+
+def test_a_failing_capture_is_logged_as_the_python_path_logs_it_and_the_call_returns(tmp_path):
+    code = PREAMBLE + """
+from msprobe_inject.pytorch import apis
+if apis._fast_call is None:
+    print("NO-C"); sys.exit(0)
+if sys.argv[1] == "py":
+    apis._fast_call = None
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+debugger.start()
+debugger.runtime.encoder._ctx = None  # the C entries call raises TypeError for each value
+x = torch.ones(2, 2)
+y = torch.matmul(x, x)
+assert y.sum().item() == 8.0
+debugger.stop()
+print("RETURNED")
+"""
+    logs = {}
+    for way in ("c", "py"):
+        cwd = tmp_path / way
+        cwd.mkdir()
+        out = run_py(code, str(cwd), args=(way,)).stdout
+        if "NO-C" in out:
+            pytest.skip("the C common case is not built here")
+        assert "RETURNED" in out
+        found = glob.glob(str(cwd / "d" / "**" / "dump_error_info.log"), recursive=True)
+        assert found, os.listdir(cwd / "d")
+        with open(found[0]) as fh:
+            # each line's time and pid differ between the runs: what follows them is the record's key and the error
+            logs[way] = [ln.split(" Torch.matmul.0.forward: ", 1)[1] for ln in fh if "Torch.matmul.0.forward" in ln]
+    assert any("input capture failed: TypeError" in ln for ln in logs["c"]), logs["c"]
+    assert any("output capture failed: TypeError" in ln for ln in logs["c"]), logs["c"]
+    assert logs["c"] == logs["py"]
