@@ -12,12 +12,12 @@ hooks" (no encoding, no stacks, no records sent), and "no writer encoding" (the 
 records it encodes in one C call without encoding them: its hold on the interpreter, which the training thread waits
 for, and its CPU, gone; its documents then nearly empty; where the writer encodes record by record, a flight
 recorder's, this way is "all"), "python api path" (the API calls' common case through apis.py's Python instead of its
-C, ``_apicall.c``; the C calls the encoder and the stacks itself, so "no encoding", "no stacks", "bare hooks" and the
-timing inside run the Python path too). Prints each way's median step and its overhead over "no tool";
-a part's share is what switching it off took away from the overhead of "all". These figures are diagnostics: a
-way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps seconds apart,
-so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the ways named
-("no tool" and "all" always), so that more rounds of those fit in the same time.
+C, ``_apicall.c``; the C calls the encoder, the stacks and the send itself, so "no encoding", "no stacks", "no records
+sent", "bare hooks" and the timing inside run the Python path too). Prints each way's median step and its overhead
+over "no tool"; a part's share is what switching it off took away from the overhead of "all". These figures are
+diagnostics: a way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps
+seconds apart, so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the
+ways named ("no tool" and "all" always), so that more rounds of those fit in the same time.
 
 Then ``--inside`` more steps of "all" with the recording's functions timed (exclusive time: a function's time less that
 of the timed functions it calls), medians in ms per step: the statistics (``Encoder.encode``, ``Encoder.tensor``), the
@@ -91,10 +91,10 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
     fast = apis._fast_call
 
     def set_way(way: str) -> None:
-        # the API calls' C common case calls the encoder and the stacks itself: the ways that replace those (and the
-        # timing inside, which wraps them) run apis.py's Python path, "python api path" alone
-        apis._fast_call = None if way in ("no encoding", "no stacks", "bare hooks", "python api path", "inside") \
-            else fast
+        # the API calls' C common case calls the encoder, the stacks and the send itself: the ways that replace those
+        # (and the timing inside, which wraps them) run apis.py's Python path, "python api path" alone
+        python_path = ("no encoding", "no stacks", "no records sent", "bare hooks", "python api path", "inside")
+        apis._fast_call = None if way in python_path else fast
         enc_type.encode, enc_type.tensor = real["encode"], real["tensor"]
         writer_type.send, writer_type.stack = real["send"], real["stack"]
         rec.module_bwd = module_bwd

@@ -43,13 +43,13 @@ has_attr(PyObject *o, PyObject *name)
 }
 
 static PyObject *SLOW, *T_function, *T_tensor, *F_made, *T_record, *T_construct, *F_partial,
-    *F_hook_after, *F_stack_at, *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *V_one;
+    *F_hook_after, *F_stack_at, *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *V_one;
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
     *s_send, *s_construct, *s_optimizer_running, *s_level, *s_mix, *s_bwd, *s_backward_body, *s_register_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
-    *s_input_args, *s_input_kwargs, *s_tls_stack, *s_optimizer, *s_backward, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti;
+    *s_input_args, *s_input_kwargs, *s_tls_stack, *s_optimizer, *s_backward, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release;
 
 /* an attribute's truth: 1, 0, or -1 with an error */
 static int
@@ -245,6 +245,38 @@ send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
     Py_DECREF(tup);
     if (ev == NULL)
         return -1;
+    /* DumpWriter.send's first step, its frame spared: the writer module's C send (journal and hand-off) under the
+     * hand-off lock; what it declines, and a writer without it, the method's */
+    PyObject *csend = PyObject_GetAttr(M_writer, s_csend);
+    if (csend == NULL) {
+        Py_DECREF(ev);
+        return -1;
+    }
+    if (csend != Py_None) {
+        PyObject *lock = PyObject_GetAttr(w, s_blk), *got = NULL;
+        if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
+            Py_XDECREF(lock);
+            Py_DECREF(csend);
+            Py_DECREF(ev);
+            return -1;
+        }
+        Py_DECREF(got);
+        PyObject *ca[3] = {w, ev, Py_False};
+        PyObject *taken = PyObject_Vectorcall(csend, ca, 3, NULL);
+        Held h;
+        hold(&h);
+        got = PyObject_CallMethodNoArgs(lock, s_release);
+        Py_DECREF(lock);
+        Py_XDECREF(got);
+        int t = restore(&h, got != NULL) < 0 ? -1 : PyObject_IsTrue(taken);
+        Py_XDECREF(taken);
+        if (t != 0) {
+            Py_DECREF(csend);
+            Py_DECREF(ev);
+            return t < 0 ? -1 : 0;
+        }
+    }
+    Py_DECREF(csend);
     PyObject *r = PyObject_CallMethodOneArg(w, s_send, ev);
     Py_DECREF(ev);
     Py_XDECREF(r);
@@ -655,22 +687,22 @@ done:
 }
 
 /* setup(slow, function type, tensor type, made, Record, Construct, partial, hook_after or None,
- * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell): what every call uses, given
- * once */
+ * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module): what
+ * every call uses, given once */
 static PyObject *
 apicall_setup(PyObject *self, PyObject *args)
 {
-    PyObject *o[14];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &o[11], &o[12], &o[13]))
+    PyObject *o[15];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13], &o[14]))
         return NULL;
     if (!PyType_Check(o[1]) || !PyType_Check(o[2])) {
         PyErr_SetString(PyExc_TypeError, "setup: the function and tensor types");
         return NULL;
     }
-    PyObject **dst[14] = {&SLOW, &T_function, &T_tensor, &F_made, &T_record, &T_construct, &F_partial,
-                          &F_hook_after, &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell};
-    for (int i = 0; i < 14; i++) {
+    PyObject **dst[15] = {&SLOW, &T_function, &T_tensor, &F_made, &T_record, &T_construct, &F_partial,
+                          &F_hook_after, &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer};
+    for (int i = 0; i < 15; i++) {
         Py_INCREF(o[i]);
         Py_XSETREF(*dst[i], o[i]);
     }
@@ -706,6 +738,7 @@ PyInit__apicall(void)
     I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");
     I(s_tls_stack, "stack"); I(s_optimizer, "optimizer"); I(s_backward, "backward"); I(s_encode, "encode"); I(s_dropout, "dropout");
     I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
+    I(s_csend, "_csend"); I(s_blk, "_blk"); I(s_acquire, "acquire"); I(s_release, "release");
 #undef I
     if ((V_one = PyLong_FromLong(1)) == NULL)
         return NULL;

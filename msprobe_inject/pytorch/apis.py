@@ -15,6 +15,7 @@ from typing import Any, Dict
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .. import writer as _writer_module
 from ..dumpformat import names
 from ..recorder import Recorder
 from ..writer import Construct, Record, made, stack_at
@@ -367,5 +368,6 @@ except ImportError:
 _fast_call = None
 if _apicall is not None:
     _apicall.setup(_SLOW, _FunctionType, _TENSOR, made, Record, Construct, partial, hook_after,
-                   stack_at, _grad_enabled, _enter_quiet, _leave_quiet, tls, apinames.respell)
+                   stack_at, _grad_enabled, _enter_quiet, _leave_quiet, tls, apinames.respell, _writer_module)
     _fast_call = _apicall.call
+del _writer_module
