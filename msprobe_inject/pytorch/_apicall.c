@@ -1,19 +1,21 @@
 /* A recorded API call's common case in one C call: DumpMode.__torch_function__'s body and ApiHooks.call_api's steps
  * without their interpreter frames (about 330 bytecode instructions per recorded call).
  *
- * call(mode, func, args, kwargs) -> the call's output, or the module's SLOW sentinel before anything has run: the
- * Python body then runs the call as it always did (apis.py stays the owner of what a recorded call is; this is the
- * same steps, spelled in C for the case most calls are). The case taken here: a callable resolve() has already named
- * (DumpMode.known), listed, not Distributed or NPU, keyword arguments without an out= buffer and not respelled (a
- * Python function called with keywords), the session running in this process, no filters, no tensor files, inputs,
- * outputs and the forward direction recorded, the encoder's C entries on. A callable known as no API, and a call
- * inside the tool or inside a recorded API, is called through here too.
+ * call(mode, func, args, kwargs) -> the call's output, or the module's SLOW sentinel before the user's call has run
+ * and before anything is recorded (a Python function's respelled arguments may have been asked of apinames.respell,
+ * which only keeps a plan): the Python body then runs the call as it always did (apis.py stays the owner of what a
+ * recorded call is; this is the same steps, spelled in C for the case most calls are). The case taken here: a
+ * callable resolve() has already named (DumpMode.known, or an operator's calling instruction in ApiHooks._sites),
+ * listed, not Distributed or NPU, no out= buffer, the session running in this process, no filters, no tensor files,
+ * inputs, outputs and the forward direction recorded, the encoder's C entries on. A callable known as no API, and a
+ * call inside the tool or inside a recorded API, is called through here too.
  *
- * What is asked of the objects is asked as the Python does (their attributes, each call): a setting that changes
- * between calls is seen by the next one. The frames: this runs in __torch_function__'s frame, so a stack skips one
- * frame fewer than call_api's. Errors in the capture are the Python's: an Exception logged through
- * ApiHooks._capture_failed with the record's key, anything else raised; the user's call runs once, outside every
- * quiet section, and its exception is the caller's. */
+ * What is asked of the recorder, session, encoder and writer is asked as the Python does (their attributes, each
+ * call): a setting that changes between calls is seen by the next one. The functions given to setup() are used as
+ * given: rebinding apis.py's names later changes the Python path alone. The frames: this runs in
+ * __torch_function__'s frame, so a stack skips one frame fewer than call_api's. Errors in the capture are the
+ * Python's: an Exception logged through ApiHooks._capture_failed with the record's key, anything else raised; the
+ * user's call runs once, outside every quiet section, and its exception is the caller's. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,13 +45,13 @@ has_attr(PyObject *o, PyObject *name)
 }
 
 static PyObject *SLOW, *T_function, *T_tensor, *F_made, *T_record, *T_construct, *F_partial,
-    *F_hook_after, *F_stack_at, *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *V_one;
+    *F_hook_after, *F_stack_at, *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *F_send, *V_one, *V_zero;
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
     *s_send, *s_construct, *s_optimizer_running, *s_level, *s_mix, *s_bwd, *s_backward_body, *s_register_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
-    *s_input_args, *s_input_kwargs, *s_tls_stack, *s_optimizer, *s_backward, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release;
+    *s_input_args, *s_input_kwargs, *s_optimizer, *s_backward, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get;
 
 /* an attribute's truth: 1, 0, or -1 with an error */
 static int
@@ -80,11 +82,20 @@ hold(Held *h)
     PyErr_Fetch(&h->t, &h->v, &h->tb);
 }
 
-/* 0: no error was held and none raised; -1: an error is set (the held one, or the cleanup's) */
+/* 0: no error was held and none raised; -1: an error is set. The held one, unless the cleanup raised what is not an
+ * Exception (KeyboardInterrupt, SystemExit): that one, as a Python finally block's would replace the error in flight;
+ * a cleanup's Exception gives way to the held error (a quiet section's or a lock's way out failing after the work
+ * failed says less than the work's own error). */
 static int
 restore(Held *h, int cleanup_ok)
 {
     if (h->t != NULL) {
+        if (!cleanup_ok && !PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_XDECREF(h->t);
+            Py_XDECREF(h->v);
+            Py_XDECREF(h->tb);
+            return -1;
+        }
         if (!cleanup_ok)
             PyErr_Clear();
         PyErr_Restore(h->t, h->v, h->tb);
@@ -252,7 +263,16 @@ send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
         Py_DECREF(ev);
         return -1;
     }
-    if (csend != Py_None) {
+    /* a writer whose class has another send (a subclass's, a diagnostic's) gets every event through it */
+    PyObject *meth = PyObject_GetAttr((PyObject *)Py_TYPE(w), s_send);
+    int own = meth == F_send;
+    Py_XDECREF(meth);
+    if (meth == NULL) {
+        Py_DECREF(csend);
+        Py_DECREF(ev);
+        return -1;
+    }
+    if (csend != Py_None && own) {
         PyObject *lock = PyObject_GetAttr(w, s_blk), *got = NULL;
         if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
             Py_XDECREF(lock);
@@ -352,7 +372,7 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
         if (opt > 0) {
             parent = Py_NewRef(s_optimizer);
         } else if (opt == 0) {
-            PyObject *stack = PyObject_GetAttr(TLS, s_tls_stack);
+            PyObject *stack = PyObject_GetAttr(TLS, s_stack);
             if (stack != NULL) {
                 Py_ssize_t n = PyObject_Length(stack);
                 parent = n < 0 ? NULL : n == 0 ? Py_NewRef(Py_None) : PySequence_GetItem(stack, n - 1);
@@ -499,7 +519,8 @@ done:
 static int
 common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject *s, PyObject *enc)
 {
-    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 4 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(info, 0)))
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 4 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(info, 0))
+        || !PyUnicode_Check(PyTuple_GET_ITEM(info, 2)) || !PyUnicode_Check(PyTuple_GET_ITEM(info, 3)))
         return 0;
     int r = PyObject_IsTrue(PyTuple_GET_ITEM(info, 1)); /* listed */
     if (r <= 0)
@@ -543,8 +564,10 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "call(mode, func, args, kwargs)");
         return NULL;
     }
-    if (SLOW == NULL)
-        return Py_NewRef(Py_NotImplemented);
+    if (SLOW == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_apicall.call before _apicall.setup");
+        return NULL;
+    }
     PyObject *mode = a[0], *func = a[1], *args = a[2], *kwargs = a[3];
     if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_Check(kwargs)))
         return Py_NewRef(SLOW);
@@ -652,9 +675,18 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     counts = PyObject_GetAttr(s, s_api_counts);
     if (counts == NULL)
         goto done;
-    PyObject *cur = PyDict_GetItemWithError(counts, base); /* borrowed */
-    PyObject *next = cur != NULL ? PyNumber_Add(cur, V_one) : PyErr_Occurred() ? NULL : Py_NewRef(V_one);
-    r = next == NULL ? -1 : PyDict_SetItem(counts, base, next);
+    PyObject *cur;
+    if (PyDict_CheckExact(counts)) {
+        cur = PyDict_GetItemWithError(counts, base);
+        Py_XINCREF(cur);
+        if (cur == NULL && !PyErr_Occurred())
+            cur = PyLong_FromLong(0);
+    } else { /* whatever the session holds now: its get, as the Python asks it */
+        cur = PyObject_CallMethodObjArgs(counts, s_get, base, V_zero, NULL);
+    }
+    PyObject *next = cur != NULL ? PyNumber_Add(cur, V_one) : NULL;
+    Py_XDECREF(cur);
+    r = next == NULL ? -1 : PyObject_SetItem(counts, base, next);
     Py_XDECREF(next);
     Py_DECREF(counts);
     if (r < 0)
@@ -687,22 +719,23 @@ done:
 }
 
 /* setup(slow, function type, tensor type, made, Record, Construct, partial, hook_after or None,
- * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module): what
- * every call uses, given once */
+ * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module,
+ * DumpWriter.send): what every call uses, given once */
 static PyObject *
 apicall_setup(PyObject *self, PyObject *args)
 {
-    PyObject *o[15];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &o[11], &o[12], &o[13], &o[14]))
+    PyObject *o[16];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15]))
         return NULL;
     if (!PyType_Check(o[1]) || !PyType_Check(o[2])) {
         PyErr_SetString(PyExc_TypeError, "setup: the function and tensor types");
         return NULL;
     }
-    PyObject **dst[15] = {&SLOW, &T_function, &T_tensor, &F_made, &T_record, &T_construct, &F_partial,
-                          &F_hook_after, &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer};
-    for (int i = 0; i < 15; i++) {
+    PyObject **dst[16] = {&SLOW, &T_function, &T_tensor, &F_made, &T_record, &T_construct, &F_partial,
+                          &F_hook_after, &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer,
+                          &F_send};
+    for (int i = 0; i < 16; i++) {
         Py_INCREF(o[i]);
         Py_XSETREF(*dst[i], o[i]);
     }
@@ -736,11 +769,11 @@ PyInit__apicall(void)
     I(s_requires_grad, "requires_grad"); I(s_capture_failed, "_capture_failed"); I(s_out, "out");
     I(s_distributed, "Distributed"); I(s_npu, "NPU"); I(s_input, "input"); I(s_output, "output");
     I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");
-    I(s_tls_stack, "stack"); I(s_optimizer, "optimizer"); I(s_backward, "backward"); I(s_encode, "encode"); I(s_dropout, "dropout");
+    I(s_optimizer, "optimizer"); I(s_backward, "backward"); I(s_encode, "encode"); I(s_dropout, "dropout");
     I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
-    I(s_csend, "_csend"); I(s_blk, "_blk"); I(s_acquire, "acquire"); I(s_release, "release");
+    I(s_csend, "_csend"); I(s_blk, "_blk"); I(s_acquire, "acquire"); I(s_release, "release"); I(s_get, "get");
 #undef I
-    if ((V_one = PyLong_FromLong(1)) == NULL)
+    if ((V_one = PyLong_FromLong(1)) == NULL || (V_zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

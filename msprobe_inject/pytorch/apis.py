@@ -359,7 +359,8 @@ _IGNORE = _load_ignore()
 
 
 # The common recorded call in C where built (_apicall.c: the steps of __torch_function__ and call_api above, no
-# interpreter frame of theirs); _fast_call None runs every call through the Python above
+# interpreter frame of theirs); _fast_call None runs every call through the Python above. The C uses the functions
+# given here as they are now: rebinding one of these names later (a diagnostic's way) changes the Python path alone.
 _SLOW = object()
 try:
     from . import _apicall
@@ -368,6 +369,7 @@ except ImportError:
 _fast_call = None
 if _apicall is not None:
     _apicall.setup(_SLOW, _FunctionType, _TENSOR, made, Record, Construct, partial, hook_after,
-                   stack_at, _grad_enabled, _enter_quiet, _leave_quiet, tls, apinames.respell, _writer_module)
+                   stack_at, _grad_enabled, _enter_quiet, _leave_quiet, tls, apinames.respell, _writer_module,
+                   _writer_module.DumpWriter.send)
     _fast_call = _apicall.call
 del _writer_module

@@ -26,6 +26,9 @@ def counted(self, *a, **k):
     return real(self, *a, **k)
 apis.ApiHooks.call_api = counted
 
+class Tagged(torch.Tensor):
+    pass
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -52,7 +55,8 @@ for step in range(2):
     except RuntimeError:
         pass
     top = torch.topk(y, 1, dim=1)  # a named tuple: one value
-    z = z + torch.matmul(a, b.t()).sum() + torch.add(y, y, alpha=2).sum() + top.values.sum()
+    sub = torch.mul(y.as_subclass(Tagged), 3)  # a subclass output: its node hook asked through the Python
+    z = z + torch.matmul(a, b.t()).sum() + torch.add(y, y, alpha=2).sum() + top.values.sum() + sub.sum()
     with torch.no_grad():
         torch.add(x, 1)  # no backward hook under no_grad
     z.backward()
@@ -91,11 +95,12 @@ def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, s
     # every listed call a record: the operators, the respelled gelu, the tuple output, the call after the error
     names = {k.rsplit(".", 2)[0] for k in forward}
     for name in ("Tensor.__mul__", "Tensor.__add__", "Tensor.__sub__", "Functional.gelu", "Torch.var_mean",
-                 "Torch.topk", "Torch.matmul", "Torch.add"):
+                 "Torch.topk", "Torch.matmul", "Torch.add", "Torch.mul"):
         assert name in names, (name, sorted(names))
     # the failing matmul was not counted: the next one is .0
     assert "Torch.matmul.0.forward" in data and "Torch.matmul.1.forward" not in data
     assert len(data["Torch.var_mean.0.forward"]["output"]) == 2
+    assert "Torch.mul.0.backward" in data  # the subclass output's gradient
     # in the second step the Python path took every recorded call in one run, none in the other (the respelled
     # relu and dropout, the operators, the tuple outputs, the call after the user's error: all the C's)
     assert py_python_calls == len(forward) + 1  # the failing matmul: called, not recorded
