@@ -51,7 +51,7 @@ static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_se
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
     *s_send, *s_construct, *s_optimizer_running, *s_level, *s_mix, *s_bwd, *s_backward_body, *s_register_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
-    *s_input_args, *s_input_kwargs, *s_optimizer, *s_backward, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get;
+    *s_input_args, *s_input_kwargs, *s_optimizer, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get;
 
 /* an attribute's truth: 1, 0, or -1 with an error */
 static int
@@ -69,6 +69,30 @@ static PyObject *
 call_through(PyObject *func, PyObject *args, PyObject *kwargs)
 {
     return PyObject_Call(func, args, kwargs);
+}
+
+/* names.api_key(base, idx, direction): "{base}{idx}.{direction}", the common ASCII case joined by hand (a format
+ * string parsed per call costs ~1,700 instructions a key) */
+static PyObject *
+api_key(PyObject *base, PyObject *idx, const char *direction)
+{
+    if (!PyUnicode_IS_ASCII(base) || !PyLong_CheckExact(idx))
+        return PyUnicode_FromFormat("%U%S.%s", base, idx, direction);
+    char num[32];
+    long long v = PyLong_AsLongLong(idx);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    int nn = snprintf(num, sizeof num, "%lld", v);
+    Py_ssize_t nb = PyUnicode_GET_LENGTH(base), nd = (Py_ssize_t)strlen(direction);
+    PyObject *key = PyUnicode_New(nb + nn + 1 + nd, 127);
+    if (key == NULL)
+        return NULL;
+    char *dst = (char *)PyUnicode_1BYTE_DATA(key);
+    memcpy(dst, PyUnicode_1BYTE_DATA(base), (size_t)nb);
+    memcpy(dst + nb, num, (size_t)nn);
+    dst[nb + nn] = '.';
+    memcpy(dst + nb + nn + 1, direction, (size_t)nd);
+    return key;
 }
 
 /* the held error put back after the cleanup call, or the cleanup's error kept if there was none before */
@@ -401,41 +425,35 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
     if (on <= 0)
         return on;
     PyObject *base = PyTuple_GET_ITEM(info, 0);
-    PyObject *bkey = PyUnicode_FromFormat("%U%S.%U", base, idx, s_backward);
-    if (bkey == NULL)
-        return -1;
     Py_ssize_t drop = PyUnicode_Find(PyTuple_GET_ITEM(info, 3), s_dropout, 0, PY_SSIZE_T_MAX, 1);
-    if (drop == -2) {
-        Py_DECREF(bkey);
+    if (drop == -2)
         return -1;
-    }
     if (F_hook_after != Py_None && Py_IS_TYPE(out, (PyTypeObject *)T_tensor) && drop < 0) {
-        /* _register_backward's common case: a plain tensor, no dropout (whose p the Python asks) */
+        /* _register_backward's common case: a plain tensor, no dropout (whose p the Python asks); the backward
+         * record's key made only for an output that has a node to hook */
         int rg = attr_true(out, s_requires_grad);
-        if (rg > 0) {
-            PyObject *body_fn = PyObject_GetAttr(hooks, s_backward_body);
-            PyObject *fn = NULL;
-            if (body_fn != NULL) {
-                PyObject *pa[3] = {body_fn, bkey, Py_True};
-                fn = PyObject_Vectorcall(F_partial, pa, 3, NULL);
-                Py_DECREF(body_fn);
-            }
-            if (fn == NULL) {
-                rg = -1;
-            } else {
-                PyObject *ha[2] = {out, fn};
-                PyObject *got = PyObject_Vectorcall(F_hook_after, ha, 2, NULL);
-                Py_DECREF(fn);
-                Py_XDECREF(got);
-                rg = got == NULL ? -1 : 0;
-            }
+        if (rg <= 0)
+            return rg;
+        PyObject *bkey = api_key(base, idx, "backward"), *fn = NULL;
+        PyObject *body_fn = bkey == NULL ? NULL : PyObject_GetAttr(hooks, s_backward_body);
+        if (body_fn != NULL) {
+            PyObject *pa[3] = {body_fn, bkey, Py_True};
+            fn = PyObject_Vectorcall(F_partial, pa, 3, NULL);
+            Py_DECREF(body_fn);
         }
-        Py_DECREF(bkey);
-        return rg < 0 ? -1 : 0;
+        Py_XDECREF(bkey);
+        if (fn == NULL)
+            return -1;
+        PyObject *ha[2] = {out, fn};
+        PyObject *got = PyObject_Vectorcall(F_hook_after, ha, 2, NULL);
+        Py_DECREF(fn);
+        Py_XDECREF(got);
+        return got == NULL ? -1 : 0;
     }
-    PyObject *kw = kwargs != NULL ? Py_NewRef(kwargs) : PyDict_New();
+    PyObject *bkey = api_key(base, idx, "backward");
+    PyObject *kw = bkey == NULL ? NULL : kwargs != NULL ? Py_NewRef(kwargs) : PyDict_New();
     if (kw == NULL) {
-        Py_DECREF(bkey);
+        Py_XDECREF(bkey);
         return -1;
     }
     PyObject *got = PyObject_CallMethodObjArgs(hooks, s_register_backward, out, bkey, PyTuple_GET_ITEM(info, 2),
@@ -660,7 +678,7 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             goto done;
         idx = PyLong_FromLong(0);
     }
-    if (idx == NULL || (fkey = PyUnicode_FromFormat("%U%S.forward", base, idx)) == NULL || (body = PyDict_New()) == NULL
+    if (idx == NULL || (fkey = api_key(base, idx, "forward")) == NULL || (body = PyDict_New()) == NULL
         || (pending = PyList_New(0)) == NULL)
         goto done;
     PyObject *sec = quiet_enter();
@@ -769,7 +787,7 @@ PyInit__apicall(void)
     I(s_requires_grad, "requires_grad"); I(s_capture_failed, "_capture_failed"); I(s_out, "out");
     I(s_distributed, "Distributed"); I(s_npu, "NPU"); I(s_input, "input"); I(s_output, "output");
     I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");
-    I(s_optimizer, "optimizer"); I(s_backward, "backward"); I(s_encode, "encode"); I(s_dropout, "dropout");
+    I(s_optimizer, "optimizer"); I(s_encode, "encode"); I(s_dropout, "dropout");
     I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
     I(s_csend, "_csend"); I(s_blk, "_blk"); I(s_acquire, "acquire"); I(s_release, "release"); I(s_get, "get");
 #undef I
