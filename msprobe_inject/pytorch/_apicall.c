@@ -51,7 +51,8 @@ static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_se
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
     *s_send, *s_construct, *s_optimizer_running, *s_level, *s_mix, *s_bwd, *s_backward_body, *s_register_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
-    *s_input_args, *s_input_kwargs, *s_optimizer, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name, *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get;
+    *s_input_args, *s_input_kwargs, *s_optimizer, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
+    *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get;
 
 /* an attribute's truth: 1, 0, or -1 with an error */
 static int
@@ -71,8 +72,8 @@ call_through(PyObject *func, PyObject *args, PyObject *kwargs)
     return PyObject_Call(func, args, kwargs);
 }
 
-/* names.api_key(base, idx, direction): "{base}{idx}.{direction}", the common ASCII case joined by hand (a format
- * string parsed per call costs ~1,700 instructions a key) */
+/* names.api_key(base, idx, direction): "{base}{idx}.{direction}", the common case (an ASCII base, an int) joined
+ * by hand: PyUnicode_FromFormat parses its format at every call */
 static PyObject *
 api_key(PyObject *base, PyObject *idx, const char *direction)
 {

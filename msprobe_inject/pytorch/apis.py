@@ -3,7 +3,9 @@
 Nothing in torch is replaced: ``F.gelu``, ``torch.matmul`` and ``torch.Tensor.add`` stay the original objects.
 An API's backward record comes from a hook on its output's ``grad_fn``, which never changes a gradient.
 This is the hot path (every call of every listed API), so its ceremony is spelled out here rather than
-through the recorder's guarded helpers: one quiet section for the inputs, one for the outputs.
+through the recorder's guarded helpers: one quiet section for the inputs, one for the outputs. Its common case runs in
+C (_apicall.c, the same steps without this module's interpreter frames); what the C does not take comes back here
+before anything has run, and with the C not built every call runs here.
 """
 
 from __future__ import annotations
