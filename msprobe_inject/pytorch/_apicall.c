@@ -49,10 +49,10 @@ static PyObject *SLOW, *T_function, *T_tensor, *F_made, *T_record, *T_construct,
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
-    *s_send, *s_construct, *s_optimizer_running, *s_level, *s_mix, *s_bwd, *s_backward_body, *s_register_backward,
+    *s_send, *s_construct, *s_bwd, *s_backward_body, *s_register_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
-    *s_input_args, *s_input_kwargs, *s_optimizer, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
-    *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get;
+    *s_input_args, *s_input_kwargs, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
+    *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get, *s_parent;
 
 /* an attribute's truth: 1, 0, or -1 with an error */
 static int
@@ -167,6 +167,18 @@ encode(PyObject *enc, PyObject *value, PyObject *pending)
     return got;
 }
 
+/* body[key] = the value's entries (encode above) */
+static int
+put_entries(PyObject *enc, PyObject *body, PyObject *key, PyObject *value, PyObject *pending)
+{
+    PyObject *e = encode(enc, value, pending);
+    if (e == NULL)
+        return -1;
+    int r = PyDict_SetItem(body, key, e);
+    Py_DECREF(e);
+    return r;
+}
+
 /* a capture's Exception logged (hooks._capture_failed(stage, exc, key)); a BaseException that is not one stays set */
 static int
 capture_failed(PyObject *hooks, PyObject *stage, PyObject *key)
@@ -212,29 +224,19 @@ capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, 
                PyObject *fkey)
 {
     PyObject *lst = PySequence_List(args);
-    if (lst == NULL)
-        return -1;
-    PyObject *e = encode(enc, lst, pending);
-    Py_DECREF(lst);
-    if (e == NULL)
-        return -1;
-    int r = PyDict_SetItem(body, s_input_args, e);
-    Py_DECREF(e);
+    int r = lst == NULL ? -1 : put_entries(enc, body, s_input_args, lst, pending);
+    Py_XDECREF(lst);
     if (r < 0)
         return -1;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
         PyObject *kw = PyDict_Copy(kwargs);
-        if (kw == NULL)
-            return -1;
-        e = encode(enc, kw, pending);
-        Py_DECREF(kw);
+        r = kw == NULL ? -1 : put_entries(enc, body, s_input_kwargs, kw, pending);
+        Py_XDECREF(kw);
     } else {
-        e = PyDict_New();
+        PyObject *empty = PyDict_New();
+        r = empty == NULL ? -1 : PyDict_SetItem(body, s_input_kwargs, empty);
+        Py_XDECREF(empty);
     }
-    if (e == NULL)
-        return -1;
-    r = PyDict_SetItem(body, s_input_kwargs, e);
-    Py_DECREF(e);
     if (r < 0)
         return -1;
     int extra = attr_true(rec, s_extra);
@@ -356,12 +358,8 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
             PyList_SET_ITEM(value, 0, out);
         }
     }
-    PyObject *e = encode(enc, value, pending);
+    int r = put_entries(enc, body, s_output, value, pending);
     Py_DECREF(value);
-    if (e == NULL)
-        return -1;
-    int r = PyDict_SetItem(body, s_output, e);
-    Py_DECREF(e);
     if (r < 0)
         return -1;
     PyObject *w = PyObject_GetAttr(rec, s_writer);
@@ -386,24 +384,10 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
     }
     int cons = attr_true(rec, s_construct);
     if (cons > 0) {
-        /* ApiHooks._parent */
-        PyObject *parent = NULL;
-        int opt = attr_true(hooks, s_optimizer_running);
-        if (opt > 0) {
-            PyObject *lvl = PyObject_GetAttr(rec, s_level);
-            opt = lvl == NULL ? -1 : PyObject_RichCompareBool(lvl, s_mix, Py_EQ);
-            Py_XDECREF(lvl);
-        }
-        if (opt > 0) {
-            parent = Py_NewRef(s_optimizer);
-        } else if (opt == 0) {
-            PyObject *stack = PyObject_GetAttr(TLS, s_stack);
-            if (stack != NULL) {
-                Py_ssize_t n = PyObject_Length(stack);
-                parent = n < 0 ? NULL : n == 0 ? Py_NewRef(Py_None) : PySequence_GetItem(stack, n - 1);
-                Py_DECREF(stack);
-            }
-        }
+        /* the tree place is ApiHooks._parent's rule (asked at the construct levels alone: mix, L0) */
+        PyObject *stack = PyObject_GetAttr(TLS, s_stack);
+        PyObject *parent = stack == NULL ? NULL : PyObject_CallMethodOneArg(hooks, s_parent, stack);
+        Py_XDECREF(stack);
         if (parent == NULL || send(w, T_construct, fkey, parent, NULL) < 0) {
             Py_XDECREF(parent);
             Py_DECREF(w);
@@ -783,14 +767,15 @@ PyInit__apicall(void)
     I(s_finish, "_finish"); I(s_fwd, "fwd"); I(s_inp, "inp"); I(s_outp, "outp"); I(s_extra, "extra");
     I(s_writer, "writer"); I(s_stack, "stack"); I(s_ready_kind, "ready_kind"); I(s_dump, "dump");
     I(s_stopped, "stopped"); I(s_ensure_open, "ensure_open"); I(s_send, "send"); I(s_construct, "construct");
-    I(s_optimizer_running, "optimizer_running"); I(s_level, "level"); I(s_mix, "mix"); I(s_bwd, "bwd");
+    I(s_bwd, "bwd");
     I(s_backward_body, "_backward_body"); I(s_register_backward, "_register_backward");
     I(s_requires_grad, "requires_grad"); I(s_capture_failed, "_capture_failed"); I(s_out, "out");
     I(s_distributed, "Distributed"); I(s_npu, "NPU"); I(s_input, "input"); I(s_output, "output");
     I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");
-    I(s_optimizer, "optimizer"); I(s_encode, "encode"); I(s_dropout, "dropout");
+    I(s_encode, "encode"); I(s_dropout, "dropout");
     I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
     I(s_csend, "_csend"); I(s_blk, "_blk"); I(s_acquire, "acquire"); I(s_release, "release"); I(s_get, "get");
+    I(s_parent, "_parent");
 #undef I
     if ((V_one = PyLong_FromLong(1)) == NULL || (V_zero = PyLong_FromLong(0)) == NULL)
         return NULL;

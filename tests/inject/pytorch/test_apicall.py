@@ -43,6 +43,7 @@ with open("config.json", "w") as fh:
     json.dump({"task": "statistics", "dump_path": "d", "level": level, "statistics": {"summary_mode": summary}}, fh)
 debugger = PrecisionDebugger(config_path="config.json")
 m = nn.Sequential(Block(), nn.Linear(4, 2))
+opt = torch.optim.SGD(m.parameters(), lr=0.1)  # at mix its calls are placed under "optimizer"
 for step in range(2):
     python_calls[0] = 0  # the second step's: every callable has been seen (named) in the first
     debugger.start(model=m)
@@ -60,6 +61,8 @@ for step in range(2):
     with torch.no_grad():
         torch.add(x, 1)  # no backward hook under no_grad
     z.backward()
+    opt.step()
+    opt.zero_grad()
     debugger.stop()
     debugger.step()
 print("PYTHON-CALLS", python_calls[0])
@@ -101,6 +104,8 @@ def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, s
     assert "Torch.matmul.0.forward" in data and "Torch.matmul.1.forward" not in data
     assert len(data["Torch.var_mean.0.forward"]["output"]) == 2
     assert "Torch.mul.0.backward" in data  # the subclass output's gradient
+    if level == "mix":  # the optimizer's calls' tree place
+        assert '"optimizer"' in fast["step1/rank/construct.json"].decode()
     # in the second step the Python path took every recorded call in one run, none in the other (the respelled
     # relu and dropout, the operators, the tuple outputs, the call after the user's error: all the C's)
     assert py_python_calls == len(forward) + 1  # the failing matmul: called, not recorded
