@@ -429,7 +429,8 @@ class Recorder:
 
     def backward_record(self, bkey: str, grad_out: Any, grad_in: Any) -> None:
         """msprobe's backward record: "input" holds the gradients arriving (of the outputs), "output" the
-        gradients leaving (of the inputs). Runs quiet (the caller's guard)."""
+        gradients leaving (of the inputs). Runs quiet (the caller's guard). Its common case is spelled in C too, for
+        the API calls recorded there (pytorch/_apicall.c's backward_record)."""
         enc = self.encoder
         pending: list = []
         body: Dict[str, Any] = {}

@@ -10,6 +10,10 @@
  * inputs, outputs and the forward direction recorded, the encoder's C entries on. A callable known as no API, and a
  * call inside the tool or inside a recorded API, is called through here too.
  *
+ * backward(hooks, bkey, record, grad_inputs, grad_outputs): the node post-hook that call registers on a plain tensor
+ * output (hooks._backward_c, the first argument bound): ApiHooks._on_backward's steps and Recorder.backward_record's
+ * common case (the encoder's C entries, no tensor files; any other case the method's), the same record.
+ *
  * What is asked of the recorder, session, encoder and writer is asked as the Python does (their attributes, each
  * call): a setting that changes between calls is seen by the next one. The functions given to setup() are used as
  * given: rebinding apis.py's names later changes the Python path alone. The frames: this runs in
@@ -49,7 +53,8 @@ static PyObject *SLOW, *T_function, *T_tensor, *F_made, *T_record, *T_construct,
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
-    *s_send, *s_construct, *s_bwd, *s_backward_body, *s_register_backward,
+    *s_send, *s_construct, *s_bwd, *s_backward_c, *s_register_backward, *s_ended, *s_place, *s_keep,
+    *s_backward_record, *s_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
     *s_input_args, *s_input_kwargs, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
     *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get, *s_parent;
@@ -330,6 +335,25 @@ send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
     return r == NULL ? -1 : 0;
 }
 
+/* Session.ensure_open's test, as call_api spells it: the step's directory opened where it is not ready for a record */
+static int
+ensure_open(PyObject *s, PyObject *w)
+{
+    PyObject *kind = PyObject_GetAttr(s, s_ready_kind);
+    int open = kind == NULL ? -1 : PyObject_RichCompareBool(kind, s_dump, Py_EQ);
+    Py_XDECREF(kind);
+    if (open == 1) {
+        int stopped = attr_true(w, s_stopped);
+        open = stopped < 0 ? -1 : !stopped;
+    }
+    if (open == 0) {
+        PyObject *got = PyObject_CallMethodNoArgs(s, s_ensure_open);
+        Py_XDECREF(got);
+        open = got == NULL ? -1 : 1;
+    }
+    return open < 0 ? -1 : 0;
+}
+
 /* the record's output, the record sent, its tree place, its backward hook */
 static int
 capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyObject *body, PyObject *pending,
@@ -365,20 +389,7 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
     PyObject *w = PyObject_GetAttr(rec, s_writer);
     if (w == NULL)
         return -1;
-    /* Session.ensure_open's test, as call_api spells it */
-    PyObject *kind = PyObject_GetAttr(s, s_ready_kind);
-    int open = kind == NULL ? -1 : PyObject_RichCompareBool(kind, s_dump, Py_EQ);
-    Py_XDECREF(kind);
-    if (open == 1) {
-        int stopped = attr_true(w, s_stopped);
-        open = stopped < 0 ? -1 : !stopped;
-    }
-    if (open == 0) {
-        PyObject *got = PyObject_CallMethodNoArgs(s, s_ensure_open);
-        Py_XDECREF(got);
-        open = got == NULL ? -1 : 1;
-    }
-    if (open < 0 || send(w, T_record, fkey, body, PyList_GET_SIZE(pending) ? pending : Py_None) < 0) {
+    if (ensure_open(s, w) < 0 || send(w, T_record, fkey, body, PyList_GET_SIZE(pending) ? pending : Py_None) < 0) {
         Py_DECREF(w);
         return -1;
     }
@@ -420,7 +431,7 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
         if (rg <= 0)
             return rg;
         PyObject *bkey = api_key(base, idx, "backward"), *fn = NULL;
-        PyObject *body_fn = bkey == NULL ? NULL : PyObject_GetAttr(hooks, s_backward_body);
+        PyObject *body_fn = bkey == NULL ? NULL : PyObject_GetAttr(hooks, s_backward_c);
         if (body_fn != NULL) {
             PyObject *pa[3] = {body_fn, bkey, Py_True};
             fn = PyObject_Vectorcall(F_partial, pa, 3, NULL);
@@ -721,6 +732,125 @@ done:
     return res;
 }
 
+/* Recorder.backward_record's common case (the encoder's C entries, no tensor files); any other, the method */
+static int
+backward_record(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *grad_out, PyObject *grad_in)
+{
+    PyObject *enc = PyObject_GetAttr(rec, s_encoder);
+    if (enc == NULL)
+        return -1;
+    int r = attr_true(enc, s_some_files);
+    if (r == 0) {
+        PyObject *entries = PyObject_GetAttr(enc, s_entries);
+        r = entries == NULL ? -1 : entries == Py_None;
+        Py_XDECREF(entries);
+    }
+    if (r != 0) {
+        Py_DECREF(enc);
+        if (r < 0)
+            return -1;
+        PyObject *got = PyObject_CallMethodObjArgs(rec, s_backward_record, bkey, grad_out, grad_in, NULL);
+        Py_XDECREF(got);
+        return got == NULL ? -1 : 0;
+    }
+    PyObject *pending = PyList_New(0), *body = PyDict_New(), *w = NULL;
+    r = pending == NULL || body == NULL ? -1 : 0;
+    /* "input" holds the gradients arriving (of the outputs), "output" those leaving (of the inputs) */
+    PyObject *keys[2] = {s_input, s_output}, *grads[2] = {grad_out, grad_in}, *flags[2] = {s_inp, s_outp};
+    for (int i = 0; r == 0 && i < 2; i++) {
+        int on = attr_true(rec, flags[i]);
+        if (on <= 0) {
+            r = on;
+            continue;
+        }
+        int some = grads[i] == Py_None ? 0 : PyObject_IsTrue(grads[i]);
+        PyObject *lst = some < 0 ? NULL : some ? PySequence_List(grads[i]) : PyList_New(0);
+        r = lst == NULL ? -1 : put_entries(enc, body, keys[i], lst, pending);
+        Py_XDECREF(lst);
+    }
+    if (r == 0 && ((w = PyObject_GetAttr(rec, s_writer)) == NULL || ensure_open(s, w) < 0
+                   || send(w, T_record, bkey, body, PyList_GET_SIZE(pending) ? pending : Py_None) < 0))
+        r = -1;
+    Py_XDECREF(w);
+    Py_XDECREF(body);
+    Py_XDECREF(pending);
+    Py_DECREF(enc);
+    return r;
+}
+
+/* ApiHooks._on_backward's steps in its quiet section: the tree place, the record where the filters keep it */
+static int
+backward_body(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *record, PyObject *grad_in, PyObject *grad_out)
+{
+    int r = attr_true(rec, s_construct);
+    if (r > 0) {
+        PyObject *stack = PyObject_GetAttr(TLS, s_stack), *got = NULL;
+        int some = stack == NULL ? -1 : PyObject_IsTrue(stack);
+        PyObject *parent = some < 0 ? NULL : some ? PySequence_GetItem(stack, -1) : Py_NewRef(Py_None);
+        if (parent != NULL)
+            got = PyObject_CallMethodObjArgs(rec, s_place, bkey, parent, NULL);
+        Py_XDECREF(parent);
+        Py_XDECREF(stack);
+        Py_XDECREF(got);
+        r = got == NULL ? -1 : 0;
+    }
+    if (r < 0 || (r = PyObject_IsTrue(record)) <= 0)
+        return r;
+    PyObject *filters = PyObject_GetAttr(s, s_filters);
+    r = filters == NULL ? -1 : attr_true(filters, s_active);
+    Py_XDECREF(filters);
+    if (r > 0) {
+        PyObject *enclosing = PyList_New(0);
+        PyObject *got = enclosing == NULL ? NULL : PyObject_CallMethodObjArgs(rec, s_keep, bkey, enclosing, NULL);
+        Py_XDECREF(enclosing);
+        r = got == NULL ? -1 : PyObject_IsTrue(got);
+        Py_XDECREF(got);
+        if (r <= 0)
+            return r;
+    }
+    if (r < 0)
+        return -1;
+    return backward_record(rec, s, bkey, grad_out, grad_in);
+}
+
+/* backward(hooks, bkey, record, grad_inputs, grad_outputs): ApiHooks._on_backward, the node post-hook of a call
+ * this module recorded (hooks._backward_c binds the first argument), spelled in C with Recorder.backward_record's
+ * common case. Returns None (the gradients unchanged); a capture's Exception is logged with the record's key. */
+static PyObject *
+apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "backward(hooks, bkey, record, grad_inputs, grad_outputs)");
+        return NULL;
+    }
+    if (SLOW == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_apicall.backward before _apicall.setup");
+        return NULL;
+    }
+    PyObject *hooks = a[0], *bkey = a[1];
+    PyObject *rec = PyObject_GetAttr(hooks, s_rec), *s = NULL;
+    int r = rec == NULL ? -1 : attr_true(TLS, s_busy);
+    if (r == 0)
+        r = attr_true(rec, s_forked);
+    if (r == 0 && (s = PyObject_GetAttr(rec, s_session)) == NULL)
+        r = -1;
+    if (r == 0)
+        r = attr_true(s, s_ended);
+    if (r == 0) {
+        PyObject *sec = quiet_enter();
+        r = sec == NULL ? -1 : backward_body(rec, s, bkey, a[2], a[3], a[4]);
+        if (sec != NULL && quiet_leave(sec) < 0)
+            r = -1;
+        if (r < 0)
+            r = capture_failed(hooks, s_backward, bkey);
+    }
+    Py_XDECREF(s);
+    Py_XDECREF(rec);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* setup(slow, function type, tensor type, made, Record, Construct, partial, hook_after or None,
  * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module,
  * DumpWriter.send): what every call uses, given once */
@@ -748,6 +878,8 @@ apicall_setup(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))apicall_call, METH_FASTCALL,
      "call(mode, func, args, kwargs): a recorded API call's common case, or the SLOW sentinel"},
+    {"backward", (PyCFunction)(void (*)(void))apicall_backward, METH_FASTCALL,
+     "backward(hooks, bkey, record, grad_inputs, grad_outputs): a recorded call's backward record"},
     {"setup", apicall_setup, METH_VARARGS, "setup(...): the objects every call uses"},
     {NULL, NULL, 0, NULL},
 };
@@ -767,8 +899,8 @@ PyInit__apicall(void)
     I(s_finish, "_finish"); I(s_fwd, "fwd"); I(s_inp, "inp"); I(s_outp, "outp"); I(s_extra, "extra");
     I(s_writer, "writer"); I(s_stack, "stack"); I(s_ready_kind, "ready_kind"); I(s_dump, "dump");
     I(s_stopped, "stopped"); I(s_ensure_open, "ensure_open"); I(s_send, "send"); I(s_construct, "construct");
-    I(s_bwd, "bwd");
-    I(s_backward_body, "_backward_body"); I(s_register_backward, "_register_backward");
+    I(s_bwd, "bwd"); I(s_backward_c, "_backward_c"); I(s_ended, "ended"); I(s_place, "place"); I(s_keep, "keep");
+    I(s_backward_record, "backward_record"); I(s_backward, "backward"); I(s_register_backward, "_register_backward");
     I(s_requires_grad, "requires_grad"); I(s_capture_failed, "_capture_failed"); I(s_out, "out");
     I(s_distributed, "Distributed"); I(s_npu, "NPU"); I(s_input, "input"); I(s_output, "output");
     I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");

@@ -4,8 +4,9 @@ Nothing in torch is replaced: ``F.gelu``, ``torch.matmul`` and ``torch.Tensor.ad
 An API's backward record comes from a hook on its output's ``grad_fn``, which never changes a gradient.
 This is the hot path (every call of every listed API), so its ceremony is spelled out here rather than
 through the recorder's guarded helpers: one quiet section for the inputs, one for the outputs. Its common case runs in
-C (_apicall.c, the same steps without this module's interpreter frames); what the C does not take comes back here
-before anything has run, and with the C not built every call runs here.
+C (_apicall.c, the same steps without this module's interpreter frames), and so does that case's backward record
+(_on_backward's steps); what the C does not take comes back here before anything has run, and with the C not built
+every call runs here.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class ApiHooks:
         self.mode_pushed = False
         self.optimizer_running = False  # mix level: APIs inside optimizer.step() are placed under "optimizer"
         self._backward_body = self._on_backward  # bound once (see _register_backward)
+        # the C common case's node hook: _on_backward's steps in C (_apicall.backward), this object bound once
+        self._backward_c = partial(_apicall.backward, self) if _apicall is not None else self._on_backward
 
     def set_api(self, on: bool) -> None:
         if on and not self.mode_pushed:
@@ -324,6 +327,8 @@ class ApiHooks:
                     node.register_hook(fn)
 
     def _on_backward(self, bkey: str, record: bool, grad_inputs, grad_outputs) -> None:
+        # _apicall.backward is these steps for the calls the C records (a change here is made there too; the parity
+        # test in tests/inject/pytorch/test_apicall.py compares the two)
         rec = self.rec
         t = tls
         if t.busy or rec.forked or rec.session.ended:

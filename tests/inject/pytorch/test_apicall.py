@@ -19,12 +19,14 @@ if apis._fast_call is None:
 if sys.argv[1] == "py":
     apis._fast_call = None
 level, summary = sys.argv[2], sys.argv[3]
-python_calls = [0]
-real = apis.ApiHooks.call_api
-def counted(self, *a, **k):
-    python_calls[0] += 1
-    return real(self, *a, **k)
-apis.ApiHooks.call_api = counted
+def counted(name):  # the Python path's calls of ApiHooks.<name>, counted
+    real, seen = getattr(apis.ApiHooks, name), [0]
+    def wrapper(self, *a, **k):
+        seen[0] += 1
+        return real(self, *a, **k)
+    setattr(apis.ApiHooks, name, wrapper)
+    return seen
+python_calls, python_backward = counted("call_api"), counted("_on_backward")
 
 class Tagged(torch.Tensor):
     pass
@@ -45,7 +47,7 @@ debugger = PrecisionDebugger(config_path="config.json")
 m = nn.Sequential(Block(), nn.Linear(4, 2))
 opt = torch.optim.SGD(m.parameters(), lr=0.1)  # at mix its calls are placed under "optimizer"
 for step in range(2):
-    python_calls[0] = 0  # the second step's: every callable has been seen (named) in the first
+    python_calls[0] = python_backward[0] = 0  # the second step's: every callable has been seen (named) in the first
     debugger.start(model=m)
     x = torch.randn(3, 4, requires_grad=True)
     y = m(x)
@@ -65,7 +67,7 @@ for step in range(2):
     opt.zero_grad()
     debugger.stop()
     debugger.step()
-print("PYTHON-CALLS", python_calls[0])
+print("PYTHON-CALLS", python_calls[0], python_backward[0])
 """
 
 
@@ -82,13 +84,14 @@ def _run(tmp, way: str, level: str, summary: str):
             rel[1] = "rank"  # proc{pid} before the rank is known: the two runs' pids differ
             with open(path, "rb") as fh:  # the stacks name the script by its path: the runs' directories differ
                 files["/".join(rel)] = fh.read().replace(str(cwd).encode(), b"CWD")
-    return files, int(out.split("PYTHON-CALLS")[1].split()[0])
+    counts = out.split("PYTHON-CALLS")[1].split()
+    return files, int(counts[0]), int(counts[1])
 
 
 @pytest.mark.parametrize("level,summary", [("L1", "statistics"), ("mix", "statistics"), ("L1", "md5")])
 def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, summary):
-    fast, c_python_calls = _run(tmp_path, "c", level, summary)
-    slow, py_python_calls = _run(tmp_path, "py", level, summary)
+    fast, c_python_calls, c_python_backward = _run(tmp_path, "c", level, summary)
+    slow, py_python_calls, py_python_backward = _run(tmp_path, "py", level, summary)
     assert sorted(fast) == sorted(slow)
     assert any(k.endswith("stack.json") for k in fast)
     differ = [k for k in fast if fast[k] != slow[k]]
@@ -110,6 +113,11 @@ def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, s
     # relu and dropout, the operators, the tuple outputs, the call after the user's error: all the C's)
     assert py_python_calls == len(forward) + 1  # the failing matmul: called, not recorded
     assert c_python_calls == 0
+    # the backward records: every one through the Python in one run; in the other only those of outputs that are
+    # not one plain tensor (the tuples, the subclass's), the rest in C
+    backward = [k for k in data if k.endswith(".backward")]
+    assert py_python_backward == len(backward) == 24
+    assert c_python_backward == 5  # var_mean's and topk's tuples; the subclass's mul, sum and the add of its sum
 
 
 def test_a_failing_capture_is_logged_as_the_python_path_logs_it_and_the_call_returns(tmp_path):
@@ -121,10 +129,17 @@ if sys.argv[1] == "py":
     apis._fast_call = None
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 debugger.start()
+w = torch.ones(2, 2, requires_grad=True)
+torch.matmul(w, w)  # the first call names matmul (in Python), the next ones are the C's
+v = torch.matmul(w, w)  # recorded; its backward record then fails as the calls below do
+ctx = debugger.runtime.encoder._ctx
 debugger.runtime.encoder._ctx = None  # the C entries call raises TypeError for each value
 x = torch.ones(2, 2)
 y = torch.matmul(x, x)
 assert y.sum().item() == 8.0
+v.sum().backward()  # the gradients arrive, and reach the user's tensor
+assert w.grad.sum().item() == 16.0
+debugger.runtime.encoder._ctx = ctx
 debugger.stop()
 print("RETURNED")
 """
@@ -140,7 +155,8 @@ print("RETURNED")
         assert found, os.listdir(cwd / "d")
         with open(found[0]) as fh:
             # each line's time and pid differ between the runs: what follows them is the record's key and the error
-            logs[way] = [ln.split(" Torch.matmul.0.forward: ", 1)[1] for ln in fh if "Torch.matmul.0.forward" in ln]
+            logs[way] = [ln.split(" Torch.matmul.", 1)[1] for ln in fh if "Torch.matmul." in ln]
+    assert any(ln.startswith("1.backward: backward capture failed: TypeError") for ln in logs["c"]), logs["c"]
     assert any("input capture failed: TypeError" in ln for ln in logs["c"]), logs["c"]
     assert any("output capture failed: TypeError" in ln for ln in logs["c"]), logs["c"]
     assert logs["c"] == logs["py"]
