@@ -62,6 +62,8 @@ for step in range(2):
     z = z + torch.matmul(a, b.t()).sum() + torch.add(y, y, alpha=2).sum() + top.values.sum() + sub.sum()
     with torch.no_grad():
         torch.add(x, 1)  # no backward hook under no_grad
+    for _ in range(11):
+        torch.relu(x)  # counts of two digits in the key
     z.backward()
     opt.step()
     opt.zero_grad()
@@ -106,6 +108,7 @@ def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, s
     # the failing matmul was not counted: the next one is .0
     assert "Torch.matmul.0.forward" in data and "Torch.matmul.1.forward" not in data
     assert len(data["Torch.var_mean.0.forward"]["output"]) == 2
+    assert "Torch.relu.10.forward" in data and "Torch.relu.10.backward" not in data  # no gradient reached it
     assert "Torch.mul.0.backward" in data  # the subclass output's gradient
     if level == "mix":  # the optimizer's calls' tree place
         assert '"optimizer"' in fast["step1/rank/construct.json"].decode()
