@@ -343,7 +343,7 @@ class ApiHooks:
             finally:
                 _leave_quiet(sec)
         except Exception as exc:
-            rec.log(f"backward capture failed: {type(exc).__name__}: {exc}", bkey)
+            self._capture_failed("backward", exc, bkey)
         return None
 
     def call_custom(self, func, prefix: str, api: str, args, kwargs):

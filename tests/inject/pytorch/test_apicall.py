@@ -163,3 +163,40 @@ print("RETURNED")
     assert any("input capture failed: TypeError" in ln for ln in logs["c"]), logs["c"]
     assert any("output capture failed: TypeError" in ln for ln in logs["c"]), logs["c"]
     assert logs["c"] == logs["py"]
+
+
+def test_a_backward_after_stop_is_recorded_as_the_python_path_records_it(tmp_path):
+    # the gradients arrive after stop() and step(): the record goes where the Python path puts it, the next step's
+    code = PREAMBLE + """
+from msprobe_inject.pytorch import apis
+if apis._fast_call is None:
+    print("NO-C"); sys.exit(0)
+if sys.argv[1] == "py":
+    apis._fast_call = None
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+w = torch.ones(2, 2, requires_grad=True)
+debugger.start()
+torch.matmul(w, w)  # the first call names matmul (in Python), the next one is the C's
+v = torch.matmul(w, w) * 3
+debugger.stop()
+debugger.step()
+v.sum().backward()
+assert w.grad.sum().item() == 48.0
+debugger.stop()
+print("RETURNED")
+"""
+    data = {}
+    for way in ("c", "py"):
+        cwd = tmp_path / way
+        cwd.mkdir()
+        out = run_py(code, str(cwd), args=(way,)).stdout
+        if "NO-C" in out:
+            pytest.skip("the C common case is not built here")
+        assert "RETURNED" in out
+        data[way] = {}
+        for path in glob.glob(str(cwd / "d" / "step*" / "*" / "dump.json")):
+            with open(path) as fh:
+                data[way][os.path.relpath(path, cwd / "d").split(os.sep)[0]] = json.load(fh)["data"]
+    assert "Torch.matmul.1.forward" in data["c"]["step0"], data["c"]
+    assert "Torch.matmul.1.backward" in data["c"]["step1"], data["c"]
+    assert data["c"] == data["py"]
