@@ -568,13 +568,13 @@ jdata(PyObject *self, PyObject *bodies)
  *   body's text, and key added to the writer's suspect set (kinds[4]) where that text may hold a non-finite statistic;
  * - members of a record (kinds[1], (key, members, pending, move)) with pending None: StepRecords.merge of the members'
  *   texts, and key added to the suspect set as above;
- * - a stack (kinds[2], (key, text)): StepRecords.add_stack;
+ * - a stack (kinds[2], (key, text)): StepRecords.add_stack (its text looked up once, in stack_pos);
  * - a module tree place (kinds[3], (key, parent)): StepRecords.add_construct.
  * It returns the index of the first event it did not take (another kind, statistics still to be read, a body encode
  * leaves to json, one whose handling failed: its handler does it again and logs the failure); what it did for the
  * events before that one stands. A recorded API call sends its stack and its record, at mix its place too: the Python around each
  * handler cost more than what the handler does. */
-static PyObject *S_bodies, *S_stacks, *S_stack_pos, *S_stack_order, *S_construct;
+static PyObject *S_bodies, *S_stack_keys, *S_stack_pos, *S_stack_order, *S_construct;
 
 /* StepRecords.merge of a Merge event (key, members, pending, move) whose members are each encoded here: 1 done, 0 left
  * to the handler (a member's key that is not a str, a value encode leaves to json, a record held as one text), -1 on
@@ -637,16 +637,16 @@ jevents(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!n(OOOOO!)O", &PyList_Type, &batch, &start, &rcls, &mcls, &scls, &ccls,
                           &PySet_Type, &suspect, &records))
         return NULL;
-    PyObject *bodies = PyObject_GetAttr(records, S_bodies), *stacks = PyObject_GetAttr(records, S_stacks),
+    PyObject *bodies = PyObject_GetAttr(records, S_bodies), *keys_at = PyObject_GetAttr(records, S_stack_keys),
              *pos_of = PyObject_GetAttr(records, S_stack_pos), *order = PyObject_GetAttr(records, S_stack_order),
              *construct = PyObject_GetAttr(records, S_construct);
     Py_ssize_t k = start < 0 ? 0 : start;
     int failed = 0;
-    if (bodies == NULL || stacks == NULL || pos_of == NULL || order == NULL || construct == NULL) {
+    if (bodies == NULL || keys_at == NULL || pos_of == NULL || order == NULL || construct == NULL) {
         failed = 1;
         goto done;
     }
-    if (!PyDict_CheckExact(bodies) || !PyDict_CheckExact(stacks) || !PyDict_CheckExact(pos_of) ||
+    if (!PyDict_CheckExact(bodies) || !PyList_CheckExact(keys_at) || !PyDict_CheckExact(pos_of) ||
         !PyList_CheckExact(order) || !PyDict_CheckExact(construct))
         goto done; /* not the documents' own containers: the handlers take every event */
     for (; k < PyList_GET_SIZE(batch); k++) {
@@ -692,8 +692,9 @@ jevents(PyObject *self, PyObject *args)
                 PyErr_Clear();
                 break;
             }
-            if (known != NULL) {
-                PyObject *keys = PyDict_GetItemWithError(stacks, text);
+            if (known != NULL) { /* its keys at its position */
+                Py_ssize_t at = PyLong_Check(known) ? PyLong_AsSsize_t(known) : -1;
+                PyObject *keys = at >= 0 && at < PyList_GET_SIZE(keys_at) ? PyList_GET_ITEM(keys_at, at) : NULL;
                 if (keys == NULL || !PyList_CheckExact(keys)) {
                     PyErr_Clear();
                     break;
@@ -716,7 +717,7 @@ jevents(PyObject *self, PyObject *args)
             int rc = PyDict_SetItem(pos_of, text, pos);
             if (rc == 0 && (rc = PyList_Append(order, text)) < 0)
                 PyDict_DelItem(pos_of, text);
-            if (rc == 0 && (rc = PyDict_SetItem(stacks, text, keys)) < 0) {
+            if (rc == 0 && (rc = PyList_Append(keys_at, keys)) < 0) {
                 PyDict_DelItem(pos_of, text);
                 PySequence_DelItem(order, PyList_GET_SIZE(order) - 1);
             }
@@ -739,7 +740,7 @@ jevents(PyObject *self, PyObject *args)
     }
 done:
     Py_XDECREF(bodies);
-    Py_XDECREF(stacks);
+    Py_XDECREF(keys_at);
     Py_XDECREF(pos_of);
     Py_XDECREF(order);
     Py_XDECREF(construct);
@@ -862,7 +863,7 @@ PyMODINIT_FUNC
 PyInit__jenc(void)
 {
     if ((S_bodies = PyUnicode_InternFromString("bodies")) == NULL ||
-        (S_stacks = PyUnicode_InternFromString("stacks")) == NULL ||
+        (S_stack_keys = PyUnicode_InternFromString("stack_keys")) == NULL ||
         (S_stack_pos = PyUnicode_InternFromString("stack_pos")) == NULL ||
         (S_stack_order = PyUnicode_InternFromString("stack_order")) == NULL ||
         (S_construct = PyUnicode_InternFromString("construct")) == NULL)

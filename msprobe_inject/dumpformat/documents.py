@@ -28,8 +28,10 @@ class StepRecords:
         self.header = header  # keys starting with "_" are ours and never written to dump.json
         self.kind = kind  # "dump" or "debug"
         self.bodies: Dict[str, Body] = {}
-        self.stacks: Dict[Tuple, List[str]] = {}  # stack text -> keys, in order of first use
+        # each stack text in order of first use, its keys at the same position: a text (a tuple of lines, whose
+        # hash is not cached) is looked up once per stack, in stack_pos
         self.stack_order: List[Tuple] = []  # the journal names a repeated stack by its position here
+        self.stack_keys: List[List[str]] = []
         self.stack_pos: Dict[Tuple, int] = {}
         self.construct: Dict[str, Any] = {}
         self.dirty = True
@@ -65,7 +67,7 @@ class StepRecords:
         elif op == "stack":
             self.add_stack(key, tuple(value))
         elif op == "stackref":
-            self.stacks[self.stack_order[value]].append(key)
+            self.stack_keys[value].append(key)
         self.dirty = True
 
     def __contains__(self, key: str) -> bool:
@@ -80,10 +82,10 @@ class StepRecords:
         if pos is None:
             self.stack_pos[text] = len(self.stack_order)
             self.stack_order.append(text)
-            self.stacks[text] = [key]
+            self.stack_keys.append([key])
             self.dirty = True
             return None
-        self.stacks[text].append(key)
+        self.stack_keys[pos].append(key)
         self.dirty = True
         return pos
 
@@ -116,7 +118,9 @@ class StepRecords:
         return "".join(parts).encode("ascii", "backslashreplace")
 
     def is_empty(self, name: str) -> bool:
-        return (name == paths.STACK_JSON and not self.stacks) or (name == paths.CONSTRUCT_JSON and not self.construct)
+        if name == paths.STACK_JSON:
+            return not self.stack_order
+        return name == paths.CONSTRUCT_JSON and not self.construct
 
     def documents(self) -> Dict[str, bytes]:
         """File name -> contents."""
@@ -125,6 +129,6 @@ class StepRecords:
         docs = {paths.DUMP_JSON: self.main_bytes()}
         if self.header.get("_extra_info", True):
             docs[paths.STACK_JSON] = dumps_document(
-                {str(i): [keys, list(fr)] for i, (fr, keys) in enumerate(self.stacks.items())})
+                {str(i): [keys, list(fr)] for i, (fr, keys) in enumerate(zip(self.stack_order, self.stack_keys))})
             docs[paths.CONSTRUCT_JSON] = dumps_document(self.construct)
         return docs
