@@ -10,14 +10,18 @@ import os
 import pytest
 from util import PREAMBLE, run_py
 
-# one process per path: the same seeded model and calls, the C common case on or off (apis._fast_call); the
-# Python call_api counted, so that each run says how many calls the Python path took
-SCRIPT = PREAMBLE + """
+# a script's first lines: the C common case on ("c") or off ("py", apis._fast_call None), as argv[1] says
+WAY = PREAMBLE + """
 from msprobe_inject.pytorch import apis
 if apis._fast_call is None:
     print("NO-C"); sys.exit(0)
 if sys.argv[1] == "py":
     apis._fast_call = None
+"""
+
+# one process per path: the same seeded model and calls, the C common case on or off (apis._fast_call); the
+# Python call_api counted, so that each run says how many calls the Python path took
+SCRIPT = WAY + """
 level, summary = sys.argv[2], sys.argv[3]
 def counted(name):  # the Python path's calls of ApiHooks.<name>, counted
     real, seen = getattr(apis.ApiHooks, name), [0]
@@ -90,6 +94,20 @@ def _run(tmp, way: str, level: str, summary: str):
     return files, int(counts[0]), int(counts[1])
 
 
+def _both_ways(tmp, code: str) -> dict:
+    """code (beginning with WAY) run on the C path and on the Python path, each in its own directory: way -> it.
+    Each run must reach its end ("RETURNED")."""
+    cwds = {}
+    for way in ("c", "py"):
+        cwd = cwds[way] = tmp / way
+        cwd.mkdir()
+        out = run_py(code, str(cwd), args=(way,)).stdout
+        if "NO-C" in out:
+            pytest.skip("the C common case is not built here")
+        assert "RETURNED" in out
+    return cwds
+
+
 @pytest.mark.parametrize("level,summary", [("L1", "statistics"), ("mix", "statistics"), ("L1", "md5")])
 def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, summary):
     fast, c_python_calls, c_python_backward = _run(tmp_path, "c", level, summary)
@@ -124,12 +142,7 @@ def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, s
 
 
 def test_a_failing_capture_is_logged_as_the_python_path_logs_it_and_the_call_returns(tmp_path):
-    code = PREAMBLE + """
-from msprobe_inject.pytorch import apis
-if apis._fast_call is None:
-    print("NO-C"); sys.exit(0)
-if sys.argv[1] == "py":
-    apis._fast_call = None
+    code = WAY + """
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 debugger.start()
 w = torch.ones(2, 2, requires_grad=True)
@@ -147,13 +160,7 @@ debugger.stop()
 print("RETURNED")
 """
     logs = {}
-    for way in ("c", "py"):
-        cwd = tmp_path / way
-        cwd.mkdir()
-        out = run_py(code, str(cwd), args=(way,)).stdout
-        if "NO-C" in out:
-            pytest.skip("the C common case is not built here")
-        assert "RETURNED" in out
+    for way, cwd in _both_ways(tmp_path, code).items():
         found = glob.glob(str(cwd / "d" / "**" / "dump_error_info.log"), recursive=True)
         assert found, os.listdir(cwd / "d")
         with open(found[0]) as fh:
@@ -167,12 +174,7 @@ print("RETURNED")
 
 def test_a_backward_after_stop_is_recorded_as_the_python_path_records_it(tmp_path):
     # the gradients arrive after stop() and step(): the record goes where the Python path puts it, the next step's
-    code = PREAMBLE + """
-from msprobe_inject.pytorch import apis
-if apis._fast_call is None:
-    print("NO-C"); sys.exit(0)
-if sys.argv[1] == "py":
-    apis._fast_call = None
+    code = WAY + """
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 w = torch.ones(2, 2, requires_grad=True)
 debugger.start()
@@ -186,13 +188,7 @@ debugger.stop()
 print("RETURNED")
 """
     data = {}
-    for way in ("c", "py"):
-        cwd = tmp_path / way
-        cwd.mkdir()
-        out = run_py(code, str(cwd), args=(way,)).stdout
-        if "NO-C" in out:
-            pytest.skip("the C common case is not built here")
-        assert "RETURNED" in out
+    for way, cwd in _both_ways(tmp_path, code).items():
         data[way] = {}
         for path in glob.glob(str(cwd / "d" / "step*" / "*" / "dump.json")):
             with open(path) as fh:
