@@ -75,11 +75,14 @@ class BuildExtO3(build_ext):
 
 cmdclass = {"build_py": BuildPyWithPth, "build_ext": BuildExtO3}
 # optional: without a C compiler the package installs and reduces with torch alone
-FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"], optional=True)
+FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"],
+                    depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
 # the journal's append in one call (the training thread journals every record)
-JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"], optional=True)
+JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"],
+                 depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
 # each record body's JSON text into one buffer (the writer thread encodes every record)
-JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"], optional=True)
+JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"],
+                 depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
 # the signature of a recorded call's stack (the writer looks each record's stack up by it)
 STACKSIG = Extension("msprobe_inject._stacksig", ["msprobe_inject/_stacksig.c"], optional=True)
 # the hooks' per-thread state, read and set about twenty times per recorded call

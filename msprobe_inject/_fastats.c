@@ -18,6 +18,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "dumpformat/_entry.h"
 #ifdef __linux__
 #include <dlfcn.h>
 #include <pthread.h>
@@ -1465,6 +1467,11 @@ permuted_dense(PyObject *t)
 /* the summary modes, as encode.py's _ENTRY_MODES; MODE_NORM: the Norm alone, Max, Min and Mean null (the monitor
  * preset's statistics), any size read here on the calling thread */
 enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2, MODE_NORM = 3 };
+/* or'ed into the mode: a tensor's entry held as C values (_entry.h) where this file would build a dict (not where the
+ * statistics cache gives the figures: it keeps float objects, which the dict takes as they are) */
+#define MODE_COMPACT 16
+static EntryAPI *EAPI; /* _jenc's entries, found at the first request */
+static int eapi_tried;
 
 /* ---- encode.StatCache, for the tensors above max elements read here: the same dict, keys and values as
  * encode.py's StatCache.key/get/put, so that a tensor read by either path is found by both ---- */
@@ -1604,7 +1611,8 @@ static void hex8(char *out, uint32_t v);
  * them) or the value is NaN. md5: the CRC of g, the broadcast's n elements as its contiguous copy holds them (the
  * figures do not depend on them, the checksum does). */
 static PyObject *
-constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int mode, int threads, const uint32_t *g)
+constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int mode, int threads, const uint32_t *g,
+               int compact)
 {
     result_t r1;
     run_job((const char *)p, 1, 4, JOB_STATS, &r1);
@@ -1621,7 +1629,21 @@ constant_entry(const float *p, Py_ssize_t n, PyObject *size, PyObject *rg, int m
     }
     /* held: the allocations below may run a collection, whose finalisers may let another thread clear the dict */
     Py_INCREF(got);
-    PyObject *f = PyTuple_GET_ITEM(got, 0), *shape = shape_list(size);
+    PyObject *f = PyTuple_GET_ITEM(got, 0);
+    double fig[4];
+    for (int i = 0; i < 4 && compact; i++) {
+        PyObject *x = PyTuple_GET_ITEM(f, i);
+        compact = PyFloat_CheckExact(x);  /* a float's text is its double's, as an entry of C values writes it */
+        fig[i] = compact ? PyFloat_AS_DOUBLE(x) : 0.0;
+    }
+    if (compact) {
+        uint32_t crc = mode == MODE_MD5 ? crc_update(0, (const unsigned char *)g, (size_t)n * 4) : 0;
+        int kind = mode == MODE_NORM ? ENTRY_NORM : mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS;
+        PyObject *d = EAPI->make(V_tensor, V_float32, size, fig, kind, crc, rg == Py_True, PyTuple_GET_SIZE(size) == 0);
+        Py_DECREF(got);
+        return d;
+    }
+    PyObject *shape = shape_list(size);
     if (shape == NULL) {
         Py_DECREF(got);
         return NULL;
@@ -1847,6 +1869,8 @@ read_meta(PyObject *t, int mode, int threads, Py_ssize_t *n, int *contiguous, co
 static PyObject *
 tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
 {
+    int compact = (mode & MODE_COMPACT) && EAPI != NULL;
+    mode &= ~MODE_COMPACT;
     Py_ssize_t n;
     int contiguous;
     const float *p;
@@ -1876,12 +1900,12 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         return NOT_MINE;
     }
     if (got == 2 && mode != MODE_XOR) { /* xor: no figures, the checksum below */
-        PyObject *d = constant_entry(p, n, size, rg, mode, threads, g);
+        PyObject *d = constant_entry(p, n, size, rg, mode, threads, g, compact);
         PyMem_Free(g);
         Py_DECREF(ptr);
         Py_DECREF(size);
         Py_DECREF(rg);
-        if (d != NULL && d != NOT_MINE)
+        if (d != NULL && d != NOT_MINE && PyDict_CheckExact(d))
             PyObject_GC_UnTrack(d);
         return d;
     }
@@ -1899,18 +1923,24 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     char hex[24];
     PyObject *d = NOT_MINE;
     if (mode == MODE_XOR) { /* {type, dtype, shape, md5, requires_grad}: a 0-d tensor's "md5" is its value */
-        PyObject *sum;
-        if (scalar) {
+        PyObject *sum = NULL;
+        if (compact) {
+            double fig[4] = {scalar ? *p : 0.0, 0.0, 0.0, 0.0};
+            d = EAPI->make(V_tensor, V_float32, size, fig, ENTRY_XOR, scalar ? 0 : xor_bytes(bytes, 4 * n),
+                           rg == Py_True, scalar);
+        } else if (scalar) {
             sum = PyFloat_FromDouble(*p);
         } else {
             snprintf(hex, sizeof hex, "0x%016llx", (unsigned long long)xor_bytes(bytes, 4 * n));
             sum = PyUnicode_FromString(hex);
         }
-        PyObject *shape = shape_list(size);
-        PyObject *kv[10] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_md5, sum, K_requires_grad, rg};
-        d = dict_of(kv, 5);
-        Py_XDECREF(shape);
-        Py_XDECREF(sum);
+        if (!compact) {
+            PyObject *shape = shape_list(size);
+            PyObject *kv[10] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_md5, sum, K_requires_grad, rg};
+            d = dict_of(kv, 5);
+            Py_XDECREF(shape);
+            Py_XDECREF(sum);
+        }
     } else if (mode == MODE_NORM) { /* {type, dtype, shape, Max, Min, Mean: null, Norm, requires_grad} */
         double q = 0.0, norm;
         if (scalar) {
@@ -1919,7 +1949,10 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             q = sumsq(p, n, threads);
             norm = sqrt(q);
         }
-        if (isfinite(q)) { /* NaN/Inf: encode.py's path, torch's reductions */
+        if (isfinite(q) && compact) {
+            double fig[4] = {0.0, 0.0, 0.0, norm};
+            d = EAPI->make(V_tensor, V_float32, size, fig, ENTRY_NORM, 0, rg == Py_True, scalar);
+        } else if (isfinite(q)) { /* NaN/Inf: encode.py's path, torch's reductions */
             PyObject *shape = shape_list(size), *nv = PyFloat_FromDouble(norm);
             PyObject *kv[16] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, Py_None, K_min, Py_None,
                                 K_mean, Py_None, K_norm, nv, K_requires_grad, rg};
@@ -1955,7 +1988,11 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         }
         if (mode == MODE_MD5 && g != NULL)
             r.crc = crc_update(0, bytes, (size_t)n * 4);
-        if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
+        if (compact && (scalar || isfinite(r.q)) && key == NULL) { /* none for the cache to keep */
+            double fig[4] = {r.mx, r.mn, mean, norm};
+            d = EAPI->make(V_tensor, V_float32, size, fig, mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS, r.crc,
+                           rg == Py_True, scalar);
+        } else if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
             if (mode == MODE_MD5)
                 hex8(hex, r.crc);
             PyObject *shape = shape_list(size);
@@ -1982,8 +2019,9 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     Py_XDECREF(key);
     Py_XDECREF(stat);
     Py_XDECREF(crc);
-    if (d != NULL && d != NOT_MINE) /* atomic values and an untracked shape (shape_list); a dict put anything
-                                      * tracked into is tracked again by the dict itself */
+    if (d != NULL && d != NOT_MINE && PyDict_CheckExact(d)) /* atomic values and an untracked shape (shape_list); a
+                                                              * dict put anything tracked into is tracked again by the
+                                                              * dict itself. An entry of C values is no collector's. */
         PyObject_GC_UnTrack(d);
     return d;
 }
@@ -2126,10 +2164,16 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *value = args[0], *fallback = args[1], *pending = args[2], *out, *e, *key;
     long mode = PyLong_AsLong(args[3]);
-    if (mode < MODE_STATISTICS || mode > MODE_NORM) {
+    if (mode < MODE_STATISTICS || (mode & ~MODE_COMPACT) > MODE_NORM) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5), 2 (xor) or 3 (norm)");
+            PyErr_SetString(PyExc_ValueError, "entries: mode is 0 (statistics), 1 (md5), 2 (xor) or 3 (norm), "
+                                              "16 added for entries of C values");
         return NULL;
+    }
+    if ((mode & MODE_COMPACT) && !eapi_tried) {
+        eapi_tried = 1;
+        EAPI = PyCapsule_Import(ENTRY_CAPSULE, 0); /* none without _jenc: then the dicts */
+        PyErr_Clear();
     }
     long threads = nargs >= 5 ? (args[4] == NULL ? THREADS_ASK : PyLong_AsLong(args[4])) : 0;
     if (threads < 0 || (threads > TS_MAXTHREADS && threads != THREADS_ASK)) {

@@ -29,6 +29,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from .dumpformat import files, paths
+from .dumpformat.entry import MAPPINGS
 
 SLACK = 2  # steps beyond K a rank keeps: it may be this far ahead of the rank that triggered
 _MIN_HISTORY = 3  # a spike needs this many earlier values of its record
@@ -53,11 +54,11 @@ def _norm_of(value: Any) -> Optional[float]:
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, dict):
+        if isinstance(v, MAPPINGS):
             n = v.get("Norm")
             if isinstance(n, (int, float)) and not isinstance(n, bool) and (best is None or not n <= best):
                 best = float(n)
-            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
+            stack.extend(x for x in v.values() if isinstance(x, (*MAPPINGS, list)))
         elif isinstance(v, list):
             stack.extend(v)
     return best

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "_entry.h"
+
 #define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 #define E_OTHER (-2)
 #define E_NOMEM (-1)
@@ -238,6 +240,21 @@ b_float(B *b, double v)
     return rc;
 }
 
+/* an int64's digits ("%lld" without snprintf's format parsing); returns the first of them, which end at e */
+static char *
+digits_of(char *e, int64_t v)
+{
+    char *q = e;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--q = '-';
+    return q;
+}
+
 static int
 b_long(B *b, PyObject *o)
 {
@@ -247,16 +264,9 @@ b_long(B *b, PyObject *o)
         PyErr_Clear();
         return E_OTHER;
     }
-    if (!overflow) { /* "%lld", without snprintf's format parsing (an entry's shape is a few ints) */
-        char tmp[24], *e = tmp + sizeof tmp, *q = e;
-        unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-        do {
-            *--q = (char)('0' + u % 10);
-            u /= 10;
-        } while (u);
-        if (v < 0)
-            *--q = '-';
-        return b_put(b, q, e - q);
+    if (!overflow) { /* an entry's shape is a few ints */
+        char tmp[24], *q = digits_of(tmp + sizeof tmp, v);
+        return b_put(b, q, tmp + sizeof tmp - q);
     }
     PyObject *r = PyLong_Type.tp_repr(o);
     if (r == NULL) {
@@ -270,6 +280,285 @@ b_long(B *b, PyObject *o)
         PyErr_Clear();
     Py_DECREF(r);
     return rc;
+}
+
+/* ---- a tensor's entry held as C values (_entry.h) ---- */
+static PyTypeObject EntryType;
+static PyObject *K_type, *K_dtype, *K_shape, *K_rg, *K_md5; /* and STAT_KEYS: Max, Min, Mean, Norm */
+static PyObject *STAT_KEYS[4];
+/* the md5 member's text in quotes */
+static Py_ssize_t
+entry_sum_quoted(const EntryObject *e, char *out)
+{
+    int n = entry_sum_text(e, out + 1);
+    out[0] = out[n + 1] = '"';
+    return n + 2;
+}
+
+/* json.dumps of the entry's dict */
+static int
+b_entry(B *b, EntryObject *e)
+{
+    int rc;
+    char tmp[24];
+    if ((rc = b_put(b, "{\"type\": ", 9)) < 0 || (rc = b_str(b, e->type)) < 0 ||
+        (rc = b_put(b, ", \"dtype\": ", 11)) < 0 || (rc = b_str(b, e->dtype)) < 0 ||
+        (rc = b_put(b, ", \"shape\": [", 12)) < 0)
+        return rc;
+    for (Py_ssize_t i = 0; i < Py_SIZE(e); i++) {
+        char *q = digits_of(tmp + sizeof tmp, e->dims[i]);
+        if ((i && (rc = b_put(b, ", ", 2)) < 0) || (rc = b_put(b, q, tmp + sizeof tmp - q)) < 0)
+            return rc;
+    }
+    if ((rc = b_put(b, "]", 1)) < 0)
+        return rc;
+    static const char *const fig_key[4] = {", \"Max\": ", ", \"Min\": ", ", \"Mean\": ", ", \"Norm\": "};
+    static const Py_ssize_t fig_len[4] = {9, 9, 10, 10};
+    if (e->kind == ENTRY_NORM) {
+        if ((rc = b_put(b, ", \"Max\": null, \"Min\": null, \"Mean\": null", 40)) < 0 ||
+            (rc = b_put(b, fig_key[3], fig_len[3])) < 0 || (rc = b_float(b, e->fig[3])) < 0)
+            return rc;
+    } else if (e->kind != ENTRY_XOR) {
+        for (int i = 0; i < 4; i++)
+            if ((rc = b_put(b, fig_key[i], fig_len[i])) < 0 || (rc = b_float(b, e->fig[i])) < 0)
+                return rc;
+    } else {
+        if ((rc = b_put(b, ", \"md5\": ", 9)) < 0)
+            return rc;
+        rc = e->scalar ? b_float(b, e->fig[0]) : b_put(b, tmp, entry_sum_quoted(e, tmp));
+        if (rc < 0)
+            return rc;
+    }
+    if ((rc = b_put(b, e->rg ? ", \"requires_grad\": true" : ", \"requires_grad\": false", e->rg ? 23 : 24)) < 0)
+        return rc;
+    if (e->kind == ENTRY_MD5 && ((rc = b_put(b, ", \"md5\": ", 9)) < 0 || (rc = b_put(b, tmp, entry_sum_quoted(e, tmp))) < 0))
+        return rc;
+    return b_put(b, "}", 1);
+}
+
+static PyObject *
+entry_make(PyObject *type, PyObject *dtype, PyObject *size, const double *fig, int kind, uint64_t sum, int rg,
+           int scalar)
+{
+    if (!PyUnicode_CheckExact(type) || !PyUnicode_CheckExact(dtype) || !PyTuple_Check(size) || kind < ENTRY_STATS ||
+        kind > ENTRY_NORM) {
+        PyErr_SetString(PyExc_TypeError, "entry(type: str, dtype: str, size: tuple of ints, ...)");
+        return NULL;
+    }
+    Py_ssize_t nd = PyTuple_GET_SIZE(size);
+    EntryObject *e = PyObject_NewVar(EntryObject, &EntryType, nd);
+    if (e == NULL)
+        return NULL;
+    e->type = NEW_REF(type);
+    e->dtype = NEW_REF(dtype);
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        PyObject *d = PyTuple_GET_ITEM(size, i);
+        int overflow = 0;
+        e->dims[i] = PyLong_Check(d) ? PyLong_AsLongLongAndOverflow(d, &overflow) : -1;
+        if (!PyLong_Check(d) || overflow || (e->dims[i] == -1 && PyErr_Occurred())) {
+            Py_DECREF(e);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "entry: a size's items are int64");
+            return NULL;
+        }
+    }
+    memcpy(e->fig, fig, sizeof e->fig);
+    e->sum = sum;
+    e->kind = (unsigned char)kind;
+    e->rg = rg != 0;
+    e->scalar = scalar != 0;
+    return (PyObject *)e;
+}
+
+static void
+entry_dealloc(EntryObject *e)
+{
+    Py_XDECREF(e->type);
+    Py_XDECREF(e->dtype);
+    PyObject_Free(e);
+}
+
+/* the dict the entry stands for, its keys in the dicts' order */
+static PyObject *
+entry_dict(EntryObject *e)
+{
+    PyObject *d = PyDict_New(), *shape = PyList_New(Py_SIZE(e)), *v;
+    if (d == NULL || shape == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < Py_SIZE(e); i++) {
+        if ((v = PyLong_FromLongLong(e->dims[i])) == NULL)
+            goto fail;
+        PyList_SET_ITEM(shape, i, v);
+    }
+    if (PyDict_SetItem(d, K_type, e->type) < 0 || PyDict_SetItem(d, K_dtype, e->dtype) < 0 ||
+        PyDict_SetItem(d, K_shape, shape) < 0)
+        goto fail;
+    Py_CLEAR(shape);
+    PyObject *sum = NULL;
+    if (e->kind == ENTRY_MD5 || e->kind == ENTRY_XOR) {
+        char tmp[24];
+        sum = e->scalar && e->kind == ENTRY_XOR ? PyFloat_FromDouble(e->fig[0])
+                                                : PyUnicode_FromStringAndSize(tmp, entry_sum_text(e, tmp));
+        if (sum == NULL)
+            goto fail;
+    }
+    int rc = 0;
+    if (e->kind == ENTRY_XOR) {
+        rc = PyDict_SetItem(d, K_md5, sum);
+    } else {
+        for (int i = 0; i < 4 && rc == 0; i++) {
+            if (e->kind == ENTRY_NORM && i < 3)
+                rc = PyDict_SetItem(d, STAT_KEYS[i], Py_None);
+            else if ((v = PyFloat_FromDouble(e->fig[i])) == NULL)
+                rc = -1;
+            else {
+                rc = PyDict_SetItem(d, STAT_KEYS[i], v);
+                Py_DECREF(v);
+            }
+        }
+    }
+    if (rc == 0)
+        rc = PyDict_SetItem(d, K_rg, e->rg ? Py_True : Py_False);
+    if (rc == 0 && e->kind == ENTRY_MD5)
+        rc = PyDict_SetItem(d, K_md5, sum);
+    Py_XDECREF(sum);
+    if (rc == 0)
+        return d;
+fail:
+    Py_XDECREF(shape);
+    Py_XDECREF(d);
+    return NULL;
+}
+
+static PyObject *
+entry_as_dict(EntryObject *e, PyObject *unused)
+{
+    return entry_dict(e);
+}
+
+/* the dict's own method of that name, called on the entry's dict (Python's reads: rare, off the hot path) */
+static PyObject *
+entry_via_dict(EntryObject *e, const char *name, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *d = entry_dict(e);
+    if (d == NULL)
+        return NULL;
+    PyObject *m = PyObject_GetAttrString(d, name), *r = NULL;
+    if (m != NULL)
+        r = PyObject_Vectorcall(m, args, nargs, NULL);
+    Py_XDECREF(m);
+    Py_DECREF(d);
+    return r;
+}
+
+#define ENTRY_VIA(fn, name)                                                                                       \
+    static PyObject *fn(EntryObject *e, PyObject *const *args, Py_ssize_t nargs)                                  \
+    {                                                                                                              \
+        return entry_via_dict(e, name, args, nargs);                                                              \
+    }
+ENTRY_VIA(entry_get, "get")
+ENTRY_VIA(entry_keys, "keys")
+ENTRY_VIA(entry_values, "values")
+ENTRY_VIA(entry_items, "items")
+ENTRY_VIA(entry_getitem_m, "__getitem__")
+ENTRY_VIA(entry_iter_m, "__iter__")
+ENTRY_VIA(entry_contains_m, "__contains__")
+
+static PyObject *
+entry_getitem(EntryObject *e, PyObject *key)
+{
+    return entry_getitem_m(e, &key, 1);
+}
+
+static PyObject *
+entry_iter(EntryObject *e)
+{
+    return entry_iter_m(e, NULL, 0);
+}
+
+static int
+entry_contains(EntryObject *e, PyObject *key)
+{
+    PyObject *r = entry_contains_m(e, &key, 1);
+    int found = r == NULL ? -1 : r == Py_True;
+    Py_XDECREF(r);
+    return found;
+}
+
+static Py_ssize_t
+entry_len(EntryObject *e)
+{
+    return e->kind == ENTRY_XOR ? 5 : e->kind == ENTRY_MD5 ? 9 : 8;
+}
+
+/* equal to its dict (and to another entry of the same dict) */
+static PyObject *
+entry_richcompare(PyObject *a, PyObject *b, int op)
+{
+    if (op != Py_EQ && op != Py_NE)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *da = Py_TYPE(a) == &EntryType ? entry_dict((EntryObject *)a) : NEW_REF(a);
+    PyObject *db = Py_TYPE(b) == &EntryType ? entry_dict((EntryObject *)b) : NEW_REF(b);
+    PyObject *r = da != NULL && db != NULL ? PyObject_RichCompare(da, db, op) : NULL;
+    Py_XDECREF(da);
+    Py_XDECREF(db);
+    return r;
+}
+
+static PyObject *
+entry_repr(EntryObject *e)
+{
+    PyObject *d = entry_dict(e);
+    if (d == NULL)
+        return NULL;
+    PyObject *r = PyObject_Repr(d);
+    Py_DECREF(d);
+    return r;
+}
+
+static PyMethodDef entry_methods[] = {
+    {"as_dict", (PyCFunction)entry_as_dict, METH_NOARGS, "as_dict() -> the dict this entry stands for"},
+    {"copy", (PyCFunction)entry_as_dict, METH_NOARGS, "copy() -> the dict this entry stands for"},
+    {"get", (PyCFunction)(void (*)(void))entry_get, METH_FASTCALL, "as dict.get"},
+    {"keys", (PyCFunction)(void (*)(void))entry_keys, METH_FASTCALL, "as dict.keys"},
+    {"values", (PyCFunction)(void (*)(void))entry_values, METH_FASTCALL, "as dict.values"},
+    {"items", (PyCFunction)(void (*)(void))entry_items, METH_FASTCALL, "as dict.items"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMappingMethods entry_mapping = {(lenfunc)entry_len, (binaryfunc)entry_getitem, NULL};
+static PySequenceMethods entry_sequence = {.sq_contains = (objobjproc)entry_contains};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_inject.dumpformat._jenc.Entry",
+    .tp_basicsize = offsetof(EntryObject, dims),
+    .tp_itemsize = sizeof(int64_t),
+    .tp_dealloc = (destructor)entry_dealloc,
+    .tp_repr = (reprfunc)entry_repr,
+    .tp_as_sequence = &entry_sequence,
+    .tp_as_mapping = &entry_mapping,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A tensor's entry held as C values: a read-only mapping equal to its dict (see _entry.h).",
+    .tp_richcompare = entry_richcompare,
+    .tp_iter = (getiterfunc)entry_iter,
+    .tp_methods = entry_methods,
+};
+
+static EntryAPI entry_api = {&EntryType, entry_make};
+
+/* entry(type, dtype, shape, (max, min, mean, norm), kind, sum, requires_grad, scalar): the C's entry from Python */
+static PyObject *
+jentry(PyObject *self, PyObject *args)
+{
+    PyObject *type, *dtype, *shape;
+    double fig[4];
+    int kind, rg, scalar;
+    unsigned long long sum;
+    if (!PyArg_ParseTuple(args, "UUO!(dddd)iKpp", &type, &dtype, &PyTuple_Type, &shape, &fig[0], &fig[1], &fig[2],
+                          &fig[3], &kind, &sum, &rg, &scalar))
+        return NULL;
+    return entry_make(type, dtype, shape, fig, kind, (uint64_t)sum, rg, scalar);
 }
 
 static int b_obj(B *b, PyObject *o, int depth);
@@ -328,6 +617,8 @@ b_obj(B *b, PyObject *o, int depth)
         return b_seq(b, ((PyListObject *)o)->ob_item, PyList_GET_SIZE(o), depth);
     if (t == &PyTuple_Type)
         return b_seq(b, ((PyTupleObject *)o)->ob_item, PyTuple_GET_SIZE(o), depth);
+    if (t == &EntryType)
+        return b_entry(b, (EntryObject *)o);
     return E_OTHER;
 }
 
@@ -774,13 +1065,18 @@ jsuspect(PyObject *self, PyObject *s)
  * Mean or Norm that is a NaN or an infinity. The flight recorder's writer asks it of every record of a step it holds
  * without encoding it. Returns 1 or 0, or -1 for anything it does not decide as the Python walk would (a subclass
  * of dict or list, a statistic spelled as a string, a tree deeper than E_DEPTH): the caller walks it then. */
-static PyObject *STAT_KEYS[4];
-
 static int
 nf_walk(PyObject *o, int depth)
 {
     if (depth > E_DEPTH)
         return -1;
+    if (Py_TYPE(o) == &EntryType) {
+        EntryObject *e = (EntryObject *)o;
+        if (e->kind == ENTRY_NORM)
+            return !isfinite(e->fig[3]);
+        return e->kind != ENTRY_XOR && !(isfinite(e->fig[0]) && isfinite(e->fig[1]) && isfinite(e->fig[2]) &&
+                                         isfinite(e->fig[3]));
+    }
     if (PyDict_CheckExact(o)) {
         for (int i = 0; i < 4; i++) {
             PyObject *v = PyDict_GetItemWithError(o, STAT_KEYS[i]);
@@ -801,7 +1097,7 @@ nf_walk(PyObject *o, int depth)
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(o, &pos, &k, &v)) {
-            if (PyDict_Check(v) || PyList_Check(v)) {
+            if (PyDict_Check(v) || PyList_Check(v) || Py_TYPE(v) == &EntryType) {
                 int r = nf_walk(v, depth + 1);
                 if (r)
                     return r;
@@ -812,7 +1108,7 @@ nf_walk(PyObject *o, int depth)
     if (PyList_CheckExact(o)) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(o); i++) {
             PyObject *v = PyList_GET_ITEM(o, i);
-            if (PyDict_Check(v) || PyList_Check(v)) {
+            if (PyDict_Check(v) || PyList_Check(v) || Py_TYPE(v) == &EntryType) {
                 int r = nf_walk(v, depth + 1);
                 if (r)
                     return r;
@@ -835,6 +1131,10 @@ jnonfinite(PyObject *self, PyObject *o)
 }
 
 static PyMethodDef methods[] = {
+    {"entry", (PyCFunction)jentry, METH_VARARGS,
+     "entry(type, dtype, shape, (max, min, mean, norm), kind, sum, requires_grad, scalar) -> Entry: the entry the "
+     "encoder's C makes (kind 0 statistics, 1 md5 (sum the CRC-32), 2 xor, 3 the Norm alone), for tests and "
+     "benchmarks."},
     {"nonfinite", (PyCFunction)jnonfinite, METH_O,
      "nonfinite(obj) -> bool or None: nonfinite.has_nonfinite(obj) for plain dicts and lists with float statistics; "
      "None when the Python walk is to decide."},
@@ -872,5 +1172,25 @@ PyInit__jenc(void)
     for (int i = 0; i < 4; i++)
         if ((STAT_KEYS[i] = PyUnicode_InternFromString(names[i])) == NULL)
             return NULL;
-    return PyModule_Create(&module);
+    if ((K_type = PyUnicode_InternFromString("type")) == NULL ||
+        (K_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (K_shape = PyUnicode_InternFromString("shape")) == NULL ||
+        (K_rg = PyUnicode_InternFromString("requires_grad")) == NULL ||
+        (K_md5 = PyUnicode_InternFromString("md5")) == NULL || PyType_Ready(&EntryType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module), *cap;
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&EntryType);
+    if (PyModule_AddObject(m, "Entry", (PyObject *)&EntryType) < 0) {
+        Py_DECREF(&EntryType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if ((cap = PyCapsule_New(&entry_api, ENTRY_CAPSULE, NULL)) == NULL || PyModule_AddObject(m, "entry_api", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <stdint.h>
 
+#include "_entry.h"
+
 static PyObject *s_mm, *s_pos, *s_busy, *V_one;
 #define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 
@@ -118,6 +120,114 @@ w_u32(W *w, char code, Py_ssize_t n)
 }
 
 static int w_obj(W *w, PyObject *o, int depth);
+
+/* ---- an entry held as C values (_entry.h), written as the marshal stream of its dict ---- */
+static PyTypeObject *Entry_type; /* _jenc's, where it is built */
+
+static int
+w_key(W *w, const char *k, Py_ssize_t n)
+{
+    if (w->end - w->p < 2 + n)
+        return W_FULL;
+    *w->p++ = 'z';
+    *w->p++ = (char)n;
+    memcpy(w->p, k, n);
+    w->p += n;
+    return 0;
+}
+
+static int
+w_double(W *w, double v)
+{
+    if (w->end - w->p < 9)
+        return W_FULL;
+    *w->p++ = 'g';
+#if PY_VERSION_HEX >= 0x030B0000
+    if (PyFloat_Pack8(v, w->p, 1) < 0)
+#else
+    if (_PyFloat_Pack8(v, (unsigned char *)w->p, 1) < 0)
+#endif
+    {
+        PyErr_Clear();
+        return W_OTHER;
+    }
+    w->p += 8;
+    return 0;
+}
+
+/* an int64 as marshal writes an int: 'i' and 4 bytes where it fits, else 'l', the signed count of 15-bit digits and
+ * the digits, least significant first, 2 bytes each */
+static int
+w_int64(W *w, int64_t v)
+{
+    if (v >= INT32_MIN && v <= INT32_MAX) {
+        if (w->end - w->p < 5)
+            return W_FULL;
+        *w->p++ = 'i';
+        put_len(w->p, (uint32_t)(int32_t)v);
+        w->p += 4;
+        return 0;
+    }
+    uint64_t u = v < 0 ? 0ull - (uint64_t)v : (uint64_t)v;
+    unsigned char d[10];
+    int nd = 0;
+    for (; u; u >>= 15, nd++) {
+        d[2 * nd] = (unsigned char)(u & 0xff);
+        d[2 * nd + 1] = (unsigned char)((u >> 8) & 0x7f);
+    }
+    if (w->end - w->p < 5 + 2 * nd)
+        return W_FULL;
+    *w->p++ = 'l';
+    put_len(w->p, (uint32_t)(int32_t)(v < 0 ? -nd : nd));
+    w->p += 4;
+    memcpy(w->p, d, 2 * nd);
+    w->p += 2 * nd;
+    return 0;
+}
+
+/* the md5 member's value (a 0-d tensor's xor: its value) */
+static int
+w_sum(W *w, const EntryObject *e)
+{
+    if (e->kind == ENTRY_XOR && e->scalar)
+        return w_double(w, e->fig[0]);
+    char t[18];
+    return w_key(w, t, entry_sum_text(e, t));
+}
+
+static int
+w_entry(W *w, EntryObject *e, int depth)
+{
+    int rc;
+    if (w->end - w->p < 1)
+        return W_FULL;
+    *w->p++ = '{';
+    if ((rc = w_key(w, "type", 4)) < 0 || (rc = w_obj(w, e->type, depth + 1)) < 0 ||
+        (rc = w_key(w, "dtype", 5)) < 0 || (rc = w_obj(w, e->dtype, depth + 1)) < 0 ||
+        (rc = w_key(w, "shape", 5)) < 0 || (rc = w_u32(w, '[', Py_SIZE(e))) < 0)
+        return rc;
+    for (Py_ssize_t i = 0; i < Py_SIZE(e); i++)
+        if ((rc = w_int64(w, e->dims[i])) < 0)
+            return rc;
+    if (e->kind == ENTRY_XOR) {
+        if ((rc = w_key(w, "md5", 3)) < 0 || (rc = w_sum(w, e)) < 0)
+            return rc;
+    } else {
+        static const char *const fig_key[4] = {"Max", "Min", "Mean", "Norm"};
+        for (int i = 0; i < 4; i++) {
+            if ((rc = w_key(w, fig_key[i], i < 2 ? 3 : 4)) < 0)
+                return rc;
+            rc = e->kind == ENTRY_NORM && i < 3 ? w_bytes(w, "N", 1) : w_double(w, e->fig[i]);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    if ((rc = w_key(w, "requires_grad", 13)) < 0 || (rc = w_bytes(w, e->rg ? "T" : "F", 1)) < 0)
+        return rc;
+    if (e->kind == ENTRY_MD5 && ((rc = w_key(w, "md5", 3)) < 0 || (rc = w_sum(w, e)) < 0))
+        return rc;
+    return w_bytes(w, "0", 1);
+}
 
 /* the items of a list or a tuple, after their type code and count */
 static int
@@ -228,6 +338,8 @@ w_obj(W *w, PyObject *o, int depth)
         }
         return w_items(w, ((PyTupleObject *)o)->ob_item, n, depth + 1);
     }
+    if (t == Entry_type)
+        return w_entry(w, (EntryObject *)o, depth);
     if (t == &PyLong_Type) {
         int overflow = 0;
         long v = PyLong_AsLongAndOverflow(o, &overflow);
@@ -992,6 +1104,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jput", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__jput(void)
 {
+    EntryAPI *api = PyCapsule_Import(ENTRY_CAPSULE, 0); /* none without _jenc: then no entry is made either */
+    if (api != NULL)
+        Entry_type = api->type;
+    PyErr_Clear();
     s_mm = PyUnicode_InternFromString("mm");
     s_pos = PyUnicode_InternFromString("pos");
     s_busy = PyUnicode_InternFromString("busy");

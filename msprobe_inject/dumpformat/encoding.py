@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from .entry import plain
 from .nonfinite import SUSPECT_TEXT
 
 encode_key: Callable[[str], str] = json.encoder.encode_basestring_ascii  # a quoted, escaped key
@@ -18,14 +19,14 @@ def _make_encode() -> Callable[[Any], str]:
     The stdlib's C encoder then joins a str chunk per key and value; _jenc writes one buffer, about twice as
     fast, and hands anything it does not decide exactly as json would back to json.
     """
-    std = json.JSONEncoder(check_circular=False).encode
+    std = json.JSONEncoder(check_circular=False, default=plain).encode  # plain: an entry of C values
     sample = {"a": [1, -2.5, float("nan"), float("inf"), -float("inf"), None, True, False],
               "s": "\u00e9\n\"\\\x7f\U0001f600", "b": {}, "c": [[], ()], "d": 10**30, "e": -(2**63),
               "f": 1e-7, "g": 1e16, "h": 0.1}
     try:
         from json.encoder import c_make_encoder
 
-        c_enc = c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None,
+        c_enc = c_make_encoder(None, plain, json.encoder.encode_basestring_ascii, None,
                                ": ", ", ", False, False, True)
 
         def via_json(o: Any, _c=c_enc, _join="".join) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, List, Tuple
 
+from .entry import MAPPINGS
+
 STATS = ("Max", "Min", "Mean", "Norm")
 _NONFINITE_TEXT = frozenset(("nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"))
 # substrings of any JSON text that may decode to a non-finite statistic: a record whose text has none of
@@ -43,11 +45,11 @@ def _walk(value: Any) -> bool:
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, dict):
+        if isinstance(v, MAPPINGS):
             for k in STATS:
                 if is_nonfinite(v.get(k)):
                     return True
-            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
+            stack.extend(x for x in v.values() if isinstance(x, (*MAPPINGS, list)))
         elif isinstance(v, list):
             stack.extend(v)
     return False

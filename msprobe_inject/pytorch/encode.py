@@ -640,6 +640,7 @@ def use_tensor_meta(on: bool) -> bool:
 _entries_on: Optional[bool] = None
 _ENTRY_MODES = {"statistics": 0, "md5": 1, "xor": 2}  # _fastats.entries' modes
 _NORM_MODE = 3  # _fastats.entries: the Norm alone (Encoder.norm_only)
+_COMPACT = 16  # _fastats.entries: or'ed into a mode, entries of C values (dumpformat/_entry.h)
 _COPY_UPTO = 1 << 20  # elements: a 4 MiB copy at most
 
 
@@ -890,8 +891,11 @@ class Encoder(entries.EncoderBase):
         tensor whose statistics depend on it."""
         threads = _num_threads if self._large else 0
         cache = self.cache if self.use_cache else None
-        self._ctx = (self._item, self._entry_mode, threads, cache)
-        self._ctx_one = (self._one, self._entry_mode, threads, cache)
+        # the entries the C makes are C values (dumpformat/_entry.h), not dicts of float objects: the journal's and
+        # the writer's C write them as those dicts, and Python reads them as those dicts
+        mode = self._entry_mode | _COMPACT
+        self._ctx = (self._item, mode, threads, cache)
+        self._ctx_one = (self._one, mode, threads, cache)
 
     # -- entry points --
     def encode(self, value: Any, pending: Pending, file_prefix: Optional[str], keys: Optional[list] = None) -> Any:

@@ -426,6 +426,7 @@ def test_the_records_waiting_for_the_writer_are_not_followed_by_the_garbage_coll
     code = PREAMBLE + """
 import gc
 from msprobe_inject import writer
+from msprobe_inject.dumpformat.entry import plain
 sent = []  # the events as the writer thread gets them
 for name in ("_on_record", "_on_merge"):
     def handler(self, ev, _real=getattr(writer.DumpWriter, name)):
@@ -447,7 +448,7 @@ debugger.stop(); debugger.step()
 gc.collect()
 print(json.dumps({"events": len(sent), "bodies": sum(gc.is_tracked(ev[1]) for ev in sent),
                   "tuples": sum(gc.is_tracked(ev) for ev in sent),
-                  "bf16": sum('bfloat16' in json.dumps(ev[1]) for ev in sent)}))
+                  "bf16": sum('bfloat16' in json.dumps(ev[1], default=plain) for ev in sent)}))
 """
     proc = run_py(code, str(tmp_path), args=(level,))
     got = json.loads(proc.stdout.strip().splitlines()[-1])

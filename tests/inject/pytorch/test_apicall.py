@@ -108,7 +108,7 @@ def _both_ways(tmp, code: str) -> dict:
     return cwds
 
 
-@pytest.mark.parametrize("level,summary", [("L1", "statistics"), ("mix", "statistics"), ("L1", "md5")])
+@pytest.mark.parametrize("level,summary", [("L1", "statistics"), ("mix", "statistics"), ("L1", "md5"), ("L1", "xor")])
 def test_the_c_common_case_writes_what_the_python_path_writes(tmp_path, level, summary):
     fast, c_python_calls, c_python_backward = _run(tmp_path, "c", level, summary)
     slow, py_python_calls, py_python_backward = _run(tmp_path, "py", level, summary)

@@ -14,6 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from msprobe_inject.config import DumpConfig
+from msprobe_inject.dumpformat.entry import Entry, plain
 from msprobe_inject.entries import Pending
 from msprobe_inject.pytorch import encode
 
@@ -43,7 +44,7 @@ def _text(enc: encode.Encoder, value, fast: bool) -> str:
         out = enc.encode(value, pending, None)
         rest = encode.resolve_host(pending)
         assert not rest, rest
-        return json.dumps(out)
+        return json.dumps(out, default=plain)  # an entry of C values as the dict it stands for
     finally:
         enc._entries = saved
 
@@ -349,8 +350,8 @@ def test_the_checksum_modes_read_a_tensors_bytes_in_its_own_order_in_c():
         xor = encode._fast_entries([case], fallback, [], 2)[0]
         assert fell_back == [] and md5["md5"] == encode.crc32_hex(case), case.shape
         assert case.dim() == 0 or xor["md5"] == encode.xor_hex(case)  # a 0-d tensor's is its value
-        assert json.dumps([md5]) == _text(_encoder(summary_mode="md5"), [case], False)
-        assert json.dumps([xor]) == _text(_encoder(summary_mode="xor"), [case], False)
+        assert json.dumps([md5], default=plain) == _text(_encoder(summary_mode="md5"), [case], False)
+        assert json.dumps([xor], default=plain) == _text(_encoder(summary_mode="xor"), [case], False)
     nan = bits.view(3, 4, 5).transpose(0, 2)
     before = encode._fast_entries([nan], None, [], 2)[0]["md5"]
     bits[7] = torch.tensor(0x7FC01234, dtype=torch.int32).view(torch.float32)  # a NaN: its payload is checksummed
@@ -472,15 +473,15 @@ def test_the_garbage_collector_does_not_follow_the_c_paths_entries_or_the_cache(
     assert not gc.is_tracked(out)
     for e in out:
         assert not gc.is_tracked(e), e
-    assert not any(gc.is_tracked(e["shape"]) for e in tensors)
+    assert not any(gc.is_tracked(e["shape"]) for e in tensors if type(e) is dict)  # an entry of C values holds no list
     kwargs = enc.encode({"a": torch.randn(3), "b": 1}, Pending(), None)
     assert not gc.is_tracked(kwargs) and not gc.is_tracked(kwargs["a"])
     if enc.use_cache and enc._large and summary != "xor":
         assert enc.cache.entries and not any(gc.is_tracked(v) or gc.is_tracked(v[0]) or gc.is_tracked(v[1])
                                              for v in enc.cache.entries.values())
         assert enc.cache.entries[next(iter(enc.cache.entries))][0]() is not None  # the weak reference still works
-    out[0]["extra"] = [1]
-    assert gc.is_tracked(out[0])
+    out[1]["extra"] = [1]  # the float's entry, a dict (a tensor's is C values, read-only and never followed)
+    assert gc.is_tracked(out[1])
 
 
 @pytest.mark.parametrize("summary,task", [("statistics", "statistics"), ("md5", "statistics"), ("xor", "statistics"),
@@ -620,12 +621,16 @@ def test_a_broadcast_tensors_entry_is_the_c_calls_once_its_figures_are_known(mon
             texts = []
             for _ in range(2):
                 out = encode._fast_entries([t], fallback, Pending(), enc._entry_mode, torch.get_num_threads(), None)
-                texts.append(json.dumps(out))
+                texts.append(json.dumps(out, default=plain))
                 if not texts[1:]:
                     first = len(fallbacks)
             # the first sight of a value and shape may compute its figures in Python; after it, none
             assert len(fallbacks) == first <= 1, (v, shape, i)
             assert texts[0] == texts[1] == _text(enc, [t], False), (v, shape, i)  # -0.0 and 0.0 apart
+            # the same entry as C values (the encoder's own calls ask for those), from the same known figures
+            held = encode._fast_entries([t], fallback, Pending(), enc._entry_mode | encode._COMPACT,
+                                        torch.get_num_threads(), None)
+            assert type(held[0]) is Entry and json.dumps(held, default=plain) == texts[0], (v, shape, i)
         nan = torch.tensor(float("nan")).expand(3, 3)
         calls: list = []
         encode._fast_entries([nan], lambda *a: calls.append(1) or enc._item(*a), Pending(), enc._entry_mode, 1, None)

@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from util import PREAMBLE, load_dump, run_py
 
+from msprobe_inject.dumpformat.entry import plain
+
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
                   st.text(max_size=20), st.just(Ellipsis), st.builds(slice, st.integers(0, 5), st.integers(0, 9)))
 
@@ -115,7 +117,7 @@ def test_encoder_never_raises_and_mirrors_structure(value):
     pending = encode.Pending()
     out = enc.encode(value, pending, None)
     encode.resolve(pending)
-    json.dumps(out)  # serialisable (NaN tokens allowed)
+    json.dumps(out, default=plain)  # serialisable (NaN tokens allowed; an entry of C values as its dict)
 
     def check(v, o):
         if isinstance(v, torch.Tensor):
