@@ -1990,8 +1990,8 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             r.crc = crc_update(0, bytes, (size_t)n * 4);
         if (compact && (scalar || isfinite(r.q)) && key == NULL) { /* none for the cache to keep */
             double fig[4] = {r.mx, r.mn, mean, norm};
-            d = EAPI->make(V_tensor, V_float32, size, fig, mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS, r.crc,
-                           rg == Py_True, scalar);
+            d = EAPI->make(V_tensor, V_float32, size, fig, mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS,
+                           mode == MODE_MD5 ? r.crc : 0, rg == Py_True, scalar);
         } else if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
             if (mode == MODE_MD5)
                 hex8(hex, r.crc);
@@ -2171,8 +2171,12 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if ((mode & MODE_COMPACT) && !eapi_tried) {
-        eapi_tried = 1;
-        EAPI = PyCapsule_Import(ENTRY_CAPSULE, 0); /* none without _jenc: then the dicts */
+        eapi_tried = 1; /* none without _jenc: then the dicts. Imported first: the capsule's import only looks the
+                         * module up as its package's attribute, which it is once imported. */
+        PyObject *jenc = PyImport_ImportModule("msprobe_inject.dumpformat._jenc");
+        Py_XDECREF(jenc);
+        if (jenc != NULL)
+            EAPI = PyCapsule_Import(ENTRY_CAPSULE, 0);
         PyErr_Clear();
     }
     long threads = nargs >= 5 ? (args[4] == NULL ? THREADS_ASK : PyLong_AsLong(args[4])) : 0;

@@ -39,6 +39,8 @@ typedef struct {
     /* a new entry, or NULL with an error set; size a tuple of ints (a torch.Size) */
     PyObject *(*make)(PyObject *type, PyObject *dtype, PyObject *size, const double *fig, int kind, uint64_t sum,
                       int rg, int scalar);
+    /* the dict an entry stands for, or NULL with an error set */
+    PyObject *(*as_dict)(PyObject *entry);
 } EntryAPI;
 
 #define ENTRY_CAPSULE "msprobe_inject.dumpformat._jenc.entry_api"

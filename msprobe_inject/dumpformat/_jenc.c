@@ -497,6 +497,8 @@ entry_richcompare(PyObject *a, PyObject *b, int op)
 {
     if (op != Py_EQ && op != Py_NE)
         Py_RETURN_NOTIMPLEMENTED;
+    if (a == b)  /* as a dict is equal to itself whatever its figures (a NaN) */
+        return PyBool_FromLong(op == Py_EQ);
     PyObject *da = Py_TYPE(a) == &EntryType ? entry_dict((EntryObject *)a) : NEW_REF(a);
     PyObject *db = Py_TYPE(b) == &EntryType ? entry_dict((EntryObject *)b) : NEW_REF(b);
     PyObject *r = da != NULL && db != NULL ? PyObject_RichCompare(da, db, op) : NULL;
@@ -516,9 +518,26 @@ entry_repr(EntryObject *e)
     return r;
 }
 
+/* pickled as its dict: loaded, it is that dict */
+static PyObject *
+entry_reduce(EntryObject *e, PyObject *unused)
+{
+    PyObject *d = entry_dict(e);
+    return d == NULL ? NULL : Py_BuildValue("(O(N))", (PyObject *)&PyDict_Type, d);
+}
+
+static PyObject *
+entry_deepcopy(EntryObject *e, PyObject *memo)
+{
+    return entry_dict(e);
+}
+
 static PyMethodDef entry_methods[] = {
     {"as_dict", (PyCFunction)entry_as_dict, METH_NOARGS, "as_dict() -> the dict this entry stands for"},
     {"copy", (PyCFunction)entry_as_dict, METH_NOARGS, "copy() -> the dict this entry stands for"},
+    {"__copy__", (PyCFunction)entry_as_dict, METH_NOARGS, "copy.copy: the dict this entry stands for"},
+    {"__deepcopy__", (PyCFunction)entry_deepcopy, METH_O, "copy.deepcopy: the dict this entry stands for"},
+    {"__reduce__", (PyCFunction)entry_reduce, METH_NOARGS, "pickled as the dict this entry stands for"},
     {"get", (PyCFunction)(void (*)(void))entry_get, METH_FASTCALL, "as dict.get"},
     {"keys", (PyCFunction)(void (*)(void))entry_keys, METH_FASTCALL, "as dict.keys"},
     {"values", (PyCFunction)(void (*)(void))entry_values, METH_FASTCALL, "as dict.values"},
@@ -538,14 +557,24 @@ static PyTypeObject EntryType = {
     .tp_as_sequence = &entry_sequence,
     .tp_as_mapping = &entry_mapping,
     .tp_hash = PyObject_HashNotImplemented,
+#ifdef Py_TPFLAGS_MAPPING
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_MAPPING, /* a mapping to match statements too */
+#else
     .tp_flags = Py_TPFLAGS_DEFAULT,
+#endif
     .tp_doc = "A tensor's entry held as C values: a read-only mapping equal to its dict (see _entry.h).",
     .tp_richcompare = entry_richcompare,
     .tp_iter = (getiterfunc)entry_iter,
     .tp_methods = entry_methods,
 };
 
-static EntryAPI entry_api = {&EntryType, entry_make};
+static PyObject *
+entry_dict_of(PyObject *e)
+{
+    return entry_dict((EntryObject *)e);
+}
+
+static EntryAPI entry_api = {&EntryType, entry_make, entry_dict_of};
 
 /* entry(type, dtype, shape, (max, min, mean, norm), kind, sum, requires_grad, scalar): the C's entry from Python */
 static PyObject *

@@ -122,7 +122,8 @@ w_u32(W *w, char code, Py_ssize_t n)
 static int w_obj(W *w, PyObject *o, int depth);
 
 /* ---- an entry held as C values (_entry.h), written as the marshal stream of its dict ---- */
-static PyTypeObject *Entry_type; /* _jenc's, where it is built */
+static EntryAPI *EAPI; /* _jenc's entries, where it is built */
+static PyTypeObject *Entry_type;
 
 static int
 w_key(W *w, const char *k, Py_ssize_t n)
@@ -227,6 +228,52 @@ w_entry(W *w, EntryObject *e, int depth)
     if (e->kind == ENTRY_MD5 && ((rc = w_key(w, "md5", 3)) < 0 || (rc = w_sum(w, e)) < 0))
         return rc;
     return w_bytes(w, "0", 1);
+}
+
+/* o with every entry of C values replaced by the dict it stands for (its containers copied), for marshal's own
+ * writer, which takes no type of ours: a new reference, or NULL with an error set */
+static PyObject *
+plain_copy(PyObject *o, int depth)
+{
+    if (Entry_type != NULL && Py_TYPE(o) == Entry_type)
+        return EAPI->as_dict(o);
+    if (depth > W_DEPTH || !(PyDict_CheckExact(o) || PyList_CheckExact(o) || PyTuple_CheckExact(o)))
+        return NEW_REF(o);
+    if (PyDict_CheckExact(o)) {
+        PyObject *out = PyDict_New(), *k, *v;
+        Py_ssize_t i = 0;
+        while (out != NULL && PyDict_Next(o, &i, &k, &v)) {
+            PyObject *c = plain_copy(v, depth + 1);
+            if (c == NULL || PyDict_SetItem(out, k, c) < 0)
+                Py_CLEAR(out);
+            Py_XDECREF(c);
+        }
+        return out;
+    }
+    Py_ssize_t n = PyList_CheckExact(o) ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o);
+    PyObject *out = PyList_CheckExact(o) ? PyList_New(n) : PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *c = plain_copy(PyList_CheckExact(o) ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), depth + 1);
+        if (c == NULL)
+            Py_CLEAR(out);
+        else if (PyList_CheckExact(out))
+            PyList_SET_ITEM(out, i, c);
+        else
+            PyTuple_SET_ITEM(out, i, c);
+    }
+    return out;
+}
+
+/* marshal's own stream of op (see plain_copy) */
+static PyObject *
+marshal_plain(PyObject *op)
+{
+    PyObject *p = plain_copy(op, 0);
+    if (p == NULL)
+        return NULL;
+    PyObject *m = PyMarshal_WriteObjectToString(p, 4);
+    Py_DECREF(p);
+    return m;
 }
 
 /* the items of a list or a tuple, after their type code and count */
@@ -425,7 +472,7 @@ again:;
         }
         if (rc == W_OTHER) {  /* marshal's own writer: raises, having written nothing, on what it does not take */
             PyBuffer_Release(&view);
-            m = PyMarshal_WriteObjectToString(op, 4);
+            m = marshal_plain(op);
             if (m == NULL) {
                 result = -1;
                 goto out;
@@ -505,16 +552,35 @@ jput(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * buffer on the stack, marshal's own where that does not take op or it does not fit; ValueError as marshal's. */
 #define FRAME_BUF 2048
 
+#define FRAME_HEAP_MAX (64 << 20)
+
 static PyObject *
 jframe(PyObject *self, PyObject *op)
 {
-    char buf[FRAME_BUF];
-    W w = {buf + 4, buf + FRAME_BUF};
-    if (w_obj(&w, op, 0) == 0) {
-        put_len(buf, (uint32_t)(w.p - buf - 4));
-        return PyBytes_FromStringAndSize(buf, w.p - buf);
+    char buf[FRAME_BUF], *b = buf;
+    Py_ssize_t cap = FRAME_BUF;
+    int rc;
+    for (;;) { /* a larger frame (a record of many entries) in a buffer of the heap, as large as it needs */
+        W w = {b + 4, b + cap};
+        if ((rc = w_obj(&w, op, 0)) == 0) {
+            put_len(b, (uint32_t)(w.p - b - 4));
+            PyObject *out = PyBytes_FromStringAndSize(b, w.p - b);
+            if (b != buf)
+                PyMem_Free(b);
+            return out;
+        }
+        if (rc != W_FULL || cap >= FRAME_HEAP_MAX)
+            break;
+        cap *= 8;
+        char *nb = b == buf ? PyMem_Malloc(cap) : PyMem_Realloc(b, cap);
+        if (nb == NULL)
+            break;
+        b = nb;
     }
-    PyObject *m = PyMarshal_WriteObjectToString(op, 4);
+    if (b != buf)
+        PyMem_Free(b);
+    PyErr_Clear();
+    PyObject *m = marshal_plain(op);
     if (m == NULL)
         return NULL;
     Py_ssize_t nb = PyBytes_GET_SIZE(m);
@@ -1104,9 +1170,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jput", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__jput(void)
 {
-    EntryAPI *api = PyCapsule_Import(ENTRY_CAPSULE, 0); /* none without _jenc: then no entry is made either */
-    if (api != NULL)
-        Entry_type = api->type;
+    /* none without _jenc: then no entry is made either. Imported first: the capsule's import only looks the module up
+     * as its package's attribute, which it is once imported. */
+    PyObject *jenc = PyImport_ImportModule("msprobe_inject.dumpformat._jenc");
+    Py_XDECREF(jenc);
+    if (jenc != NULL && (EAPI = PyCapsule_Import(ENTRY_CAPSULE, 0)) != NULL)
+        Entry_type = EAPI->type;
     PyErr_Clear();
     s_mm = PyUnicode_InternFromString("mm");
     s_pos = PyUnicode_InternFromString("pos");

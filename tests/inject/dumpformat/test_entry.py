@@ -1,5 +1,7 @@
 """A tensor's entry held as C values (_jenc.Entry): the journal's C writes the marshal stream of its dict and the JSON
-encoder its dict's text, byte for byte; Python reads it as that dict; the non-finite walks see its figures."""
+encoder its dict's text, byte for byte; Python reads it as that dict; the non-finite walks see its figures. Here its
+text and frames are checked against its dict's (as_dict); that dict against the Python encoder's, for every summary
+mode, the monitor's and broadcast tensors, in tests/inject/pytorch/test_encode_fast.py."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import marshal
 import math
 import random
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -76,11 +80,32 @@ def test_its_json_text_and_journal_frame_are_its_dicts():
         assert has_nonfinite(body) == _walk(plain_body) == _walk(body)
 
 
-def test_an_entry_the_writer_cannot_take_in_c_goes_to_json_as_its_dict():
+def test_an_entry_the_writers_cannot_take_in_c_goes_to_json_and_marshal_as_its_dict():
     e = jenc.entry("torch.Tensor", "torch.float32", (2,), (1.0, 2.0, 1.5, 2.5), STATS, 0, False, False)
     odd = {1: "an int key", "e": e}  # json spells a non-str key its own way: the C encoder hands the body back
     assert jenc.encode(odd) is None
     assert encoding.encode(odd) == json.dumps({1: "an int key", "e": e.as_dict()})
-    frame = journal.record_frame("set", "k", {"s": "\ud800", "e": e})  # a lone surrogate: marshal's, then JSON text
-    op, key, text = marshal.loads(frame[4:])
-    assert (op, key) == ("setj", "k") and json.loads(text)["e"] == e.as_dict()
+    # what the journal's C writer leaves to marshal (a lone surrogate, an int past 32 bits) is marshalled with each
+    # entry as its dict: still a record frame, not the JSON text frame of a value marshal does not take
+    for other in ("\ud800", 2**40):
+        frame = journal.record_frame("set", "k", {"s": other, "e": [e] * 3})
+        assert _same(marshal.loads(frame[4:]), ("set", "k", {"s": other, "e": [e.as_dict()] * 3}))
+
+
+def test_a_frame_larger_than_the_stack_buffer_is_written_as_the_others():
+    e = jenc.entry("torch.Tensor", "torch.float32", (4, 4), (1.0, -1.0, 0.5, 2.0), MD5, 7, True, False)
+    body = {"input_args": [e] * 200, "output": [e] * 200}  # ~100 KB: the journal's growth appends it in Python
+    frame = journal.frame(("set", "k", body))
+    assert len(frame) > 50_000
+    assert frame == journal.frame(("set", "k", {k: [e.as_dict()] * 200 for k in body}))
+
+
+def test_the_journal_writer_finds_the_entries_whichever_module_is_imported_first():
+    code = ("import marshal\n"
+            "from msprobe_inject.dumpformat import _jput\n"  # before anything imports _jenc
+            "from msprobe_inject.dumpformat import _jenc\n"
+            "e = _jenc.entry('torch.Tensor', 'torch.float32', (2,), (1.0, 2.0, 3.0, 4.0), 0, 0, True, False)\n"
+            "assert _jput.frame(('set', 'k', [e])) == _jput.frame(('set', 'k', [e.as_dict()]))\n"
+            "print('SAME')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "SAME" in out.stdout, out.stderr
