@@ -1675,6 +1675,32 @@ hex8(char *out, uint32_t v)
     out[8] = '\0';
 }
 
+/* 1: the statistics cache's figures of a tensor (and its CRC's text at md5) as an entry of C values holds them: four
+ * floats (a float's text is its double's), eight lowercase hex digits; 0 for anything else (the dict then) */
+static int
+held_figures(PyObject *stat, PyObject *crc, int mode, double *fig, uint32_t *sum)
+{
+    for (int i = 0; i < 4; i++) {
+        PyObject *x = PyTuple_GET_ITEM(stat, i);
+        if (!PyFloat_CheckExact(x))
+            return 0;
+        fig[i] = PyFloat_AS_DOUBLE(x);
+    }
+    *sum = 0;
+    if (mode != MODE_MD5)
+        return 1;
+    if (crc == NULL || !PyUnicode_CheckExact(crc) || !PyUnicode_IS_ASCII(crc) || PyUnicode_GET_LENGTH(crc) != 8)
+        return 0;
+    const char *s = (const char *)PyUnicode_DATA(crc);
+    for (int i = 0; i < 8; i++) {
+        int v = s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : s[i] >= 'a' && s[i] <= 'f' ? s[i] - 'a' + 10 : -1;
+        if (v < 0)
+            return 0;
+        *sum = *sum << 4 | (uint32_t)v;
+    }
+    return 1;
+}
+
 /* 1: a tensor of n elements is this file's by its size (a large one given torch's thread count, and not for xor) */
 static int
 sized(Py_ssize_t n, int mode, int threads)
@@ -1921,6 +1947,8 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     Py_DECREF(ptr);
     int scalar = PyTuple_GET_SIZE(size) == 0;
     char hex[24];
+    double fig[4];
+    uint32_t sum = 0;
     PyObject *d = NOT_MINE;
     if (mode == MODE_XOR) { /* {type, dtype, shape, md5, requires_grad}: a 0-d tensor's "md5" is its value */
         PyObject *sum = NULL;
@@ -1960,6 +1988,9 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
             Py_XDECREF(shape);
             Py_XDECREF(nv);
         }
+    } else if (stat != NULL && compact && held_figures(stat, crc, mode, fig, &sum)) { /* a cached tensor's */
+        d = EAPI->make(V_tensor, V_float32, size, fig, mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS, sum,
+                       rg == Py_True, scalar);
     } else if (stat != NULL) { /* a cached tensor's figures */
         PyObject *shape = shape_list(size);
         PyObject *kv[18] = {K_type, V_tensor, K_dtype, V_float32, K_shape, shape, K_max, PyTuple_GET_ITEM(stat, 0),
@@ -1988,10 +2019,22 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         }
         if (mode == MODE_MD5 && g != NULL)
             r.crc = crc_update(0, bytes, (size_t)n * 4);
-        if (compact && (scalar || isfinite(r.q)) && key == NULL) { /* none for the cache to keep */
-            double fig[4] = {r.mx, r.mn, mean, norm};
-            d = EAPI->make(V_tensor, V_float32, size, fig, mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS,
+        if (compact && (scalar || isfinite(r.q))) {
+            double figs[4] = {r.mx, r.mn, mean, norm};
+            d = EAPI->make(V_tensor, V_float32, size, figs, mode == MODE_MD5 ? ENTRY_MD5 : ENTRY_STATS,
                            mode == MODE_MD5 ? r.crc : 0, rg == Py_True, scalar);
+            if (d != NULL && key != NULL) { /* the cache keeps the figures as the dict would hold them */
+                PyObject *figures = Py_BuildValue("(dddd)", r.mx, r.mn, mean, norm), *text = NULL;
+                if (mode == MODE_MD5) {
+                    hex8(hex, r.crc);
+                    text = PyUnicode_FromString(hex);
+                }
+                if (figures != NULL && (mode != MODE_MD5 || text != NULL))
+                    cache_put(cache, entries, key, t, figures, text, n);
+                Py_XDECREF(figures);
+                Py_XDECREF(text);
+                PyErr_Clear();
+            }
         } else if (scalar || isfinite(r.q)) { /* NaN/Inf: torch's reductions, for their semantics */
             if (mode == MODE_MD5)
                 hex8(hex, r.crc);

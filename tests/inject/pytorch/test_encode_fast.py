@@ -298,7 +298,8 @@ def test_large_tensors_read_in_c_share_the_statistics_cache_with_the_python_enco
             assert _text(enc, {3: t}, True) == _text(ref, {3: t}, False) and enc.cache.hits == hits + 1, i
     t = torch.randn(50_000)
     first = enc.tensor(t, Pending(), None)
-    assert enc.tensor(t, Pending(), None) == first
+    second = enc.tensor(t, Pending(), None)
+    assert second == first and type(first) is type(second) is Entry  # read, then the cache's hit: C values both
     with torch.no_grad():
         t.mul_(2.0)  # a new version: read again
     again = enc.tensor(t, Pending(), None)
