@@ -1467,8 +1467,8 @@ permuted_dense(PyObject *t)
 /* the summary modes, as encode.py's _ENTRY_MODES; MODE_NORM: the Norm alone, Max, Min and Mean null (the monitor
  * preset's statistics), any size read here on the calling thread */
 enum { MODE_STATISTICS = 0, MODE_MD5 = 1, MODE_XOR = 2, MODE_NORM = 3 };
-/* or'ed into the mode: a tensor's entry held as C values (_entry.h) where this file would build a dict (not where the
- * statistics cache gives the figures: it keeps float objects, which the dict takes as they are) */
+/* or'ed into the mode: a tensor's entry held as C values (_entry.h) where this file would build a dict; the statistics
+ * cache still keeps float objects and the CRC's text, which held_figures reads back for a hit */
 #define MODE_COMPACT 16
 static EntryAPI *EAPI; /* _jenc's entries, found at the first request */
 static int eapi_tried;

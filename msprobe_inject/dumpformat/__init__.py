@@ -8,6 +8,7 @@ the readers all import the same definitions and declare nothing of their own:
   ``Cell.fc1.Dense.parameters_grad.0``), built and parsed, for ``Module.`` and ``Cell.`` alike;
 * ``nonfinite``: the one test for a NaN/Inf statistic;
 * ``encoding``: the JSON encoder every record body goes through (once);
+* ``entry``: a tensor's entry as the encoder's C holds it (C values, ``_entry.h``), read in Python as its dict;
 * ``documents``: one step's records and the documents made from them (dump.json, stack.json, construct.json);
 * ``journal``: the append-only record log of a rank directory, its replay, completeness and recovery;
 * ``files``: how files and directories are created (modes, no symlink followed, atomic replace).
