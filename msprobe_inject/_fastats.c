@@ -2214,13 +2214,8 @@ fastats_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if ((mode & MODE_COMPACT) && !eapi_tried) {
-        eapi_tried = 1; /* none without _jenc: then the dicts. Imported first: the capsule's import only looks the
-                         * module up as its package's attribute, which it is once imported. */
-        PyObject *jenc = PyImport_ImportModule("msprobe_inject.dumpformat._jenc");
-        Py_XDECREF(jenc);
-        if (jenc != NULL)
-            EAPI = PyCapsule_Import(ENTRY_CAPSULE, 0);
-        PyErr_Clear();
+        eapi_tried = 1;
+        EAPI = entry_api_import(); /* none without _jenc: then the dicts */
     }
     long threads = nargs >= 5 ? (args[4] == NULL ? THREADS_ASK : PyLong_AsLong(args[4])) : 0;
     if (threads < 0 || (threads > TS_MAXTHREADS && threads != THREADS_ASK)) {

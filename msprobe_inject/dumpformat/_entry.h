@@ -45,6 +45,18 @@ typedef struct {
 
 #define ENTRY_CAPSULE "msprobe_inject.dumpformat._jenc.entry_api"
 
+/* _jenc's entries, or NULL (no error set) where it is not built. The module is imported first: the capsule's import
+ * only looks it up as its package's attribute, which it is once imported. */
+static inline EntryAPI *
+entry_api_import(void)
+{
+    PyObject *m = PyImport_ImportModule("msprobe_inject.dumpformat._jenc");
+    EntryAPI *api = m != NULL ? (EntryAPI *)PyCapsule_Import(ENTRY_CAPSULE, 0) : NULL;
+    Py_XDECREF(m);
+    PyErr_Clear();
+    return api;
+}
+
 /* the md5 member's text of an ENTRY_MD5 or (not scalar) ENTRY_XOR entry, without quotes: the CRC-32's "%08x" or the
  * xor's "0x%016llx"; out holds 18 characters; returns their count */
 static inline int

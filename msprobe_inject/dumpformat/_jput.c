@@ -196,58 +196,69 @@ w_sum(W *w, const EntryObject *e)
     return w_key(w, t, entry_sum_text(e, t));
 }
 
-/* An entry's stream up to its shape ('{', the type's and dtype's pairs, the shape's key) is the same for every entry of
- * the same names: kept for the last names seen (nearly every entry has the same two interned names), then copied in
- * one piece, and the rest written in place from constant keys, where nine calls a key took ~500 instructions an
- * entry. Held references: a name's pointer is compared. */
+/* '{', the type's and dtype's pairs and the shape's key: the start of an entry's stream */
+static int
+w_entry_head(W *w, EntryObject *e, int depth)
+{
+    int rc;
+    if ((rc = w_bytes(w, "{", 1)) < 0 || (rc = w_key(w, "type", 4)) < 0 || (rc = w_obj(w, e->type, depth + 1)) < 0 ||
+        (rc = w_key(w, "dtype", 5)) < 0 || (rc = w_obj(w, e->dtype, depth + 1)) < 0)
+        return rc;
+    return w_key(w, "shape", 5);
+}
+
+/* An entry's stream up to its shape is the same for every entry of the same names: kept for the last names seen
+ * (nearly every entry has the same two interned names), then copied in one piece, and the rest written in place from
+ * constant keys after one room check for the most it can take, where nine calls a key took ~500 instructions an
+ * entry. An entry that may not fit is W_FULL (its writer then makes room, as for any frame that does not fit). Held
+ * references: a name's pointer is compared. */
 static struct {
     PyObject *type, *dtype;
     Py_ssize_t n;
     char b[192];
 } head;
 
-static int w_entry_each(W *w, EntryObject *e, int depth);
-
 static int
 w_entry(W *w, EntryObject *e, int depth)
 {
+    int rc;
     Py_ssize_t nd = Py_SIZE(e);
+    if (nd > INT32_MAX)
+        return W_OTHER;
     if (head.type != e->type || head.dtype != e->dtype) {
         char tmp[sizeof head.b];
         W t = {tmp, tmp + sizeof tmp};
-        if (w_bytes(&t, "{", 1) < 0 || w_key(&t, "type", 4) < 0 || w_obj(&t, e->type, depth + 1) < 0 ||
-            w_key(&t, "dtype", 5) < 0 || w_obj(&t, e->dtype, depth + 1) < 0 || w_key(&t, "shape", 5) < 0)
-            return w_entry_each(w, e, depth); /* names too long to keep */
-        PyObject *old_type = head.type, *old_dtype = head.dtype;
-        head.type = NEW_REF(e->type);
-        head.dtype = NEW_REF(e->dtype);
-        head.n = t.p - tmp;
-        memcpy(head.b, tmp, head.n);
-        Py_XDECREF(old_type); /* a str's deallocation runs no Python code */
-        Py_XDECREF(old_dtype);
+        if (w_entry_head(&t, e, depth) == 0) {
+            PyObject *old_type = head.type, *old_dtype = head.dtype;
+            head.type = NEW_REF(e->type);
+            head.dtype = NEW_REF(e->dtype);
+            head.n = t.p - tmp;
+            memcpy(head.b, tmp, head.n);
+            Py_XDECREF(old_type); /* a str's deallocation runs no Python code */
+            Py_XDECREF(old_dtype);
+        } else if ((rc = w_entry_head(w, e, depth)) < 0) { /* names too long to keep: written as they are */
+            return rc;
+        }
     }
+    int kept = head.type == e->type && head.dtype == e->dtype;
     /* the most the rest takes: the shape's count and items, four figures' pairs, requires_grad's, md5's, the end */
-    if (w->end - w->p < head.n + 5 + 15 * nd + 4 * 15 + 16 + 25 + 1 || nd > INT32_MAX)
-        return w_entry_each(w, e, depth); /* near the mapping's end: each part checked as it is written */
+    if (w->end - w->p < (kept ? head.n : 0) + 5 + 15 * nd + 4 * 15 + 16 + 25 + 1)
+        return W_FULL;
     static const char fig_key[4][7] = {"z\x03Maxg", "z\x03Ming", "z\x04Meang", "z\x04Normg"};
     char *p = w->p;
-    memcpy(p, head.b, head.n);
-    p += head.n;
+    if (kept) {
+        memcpy(p, head.b, head.n);
+        p += head.n;
+    }
     *p++ = '[';
     put_len(p, (uint32_t)nd);
     p += 4;
     for (Py_ssize_t i = 0; i < nd; i++) {
-        if (e->dims[i] >= INT32_MIN && e->dims[i] <= INT32_MAX) {
-            *p++ = 'i';
-            put_len(p, (uint32_t)(int32_t)e->dims[i]);
-            p += 4;
-        } else {
-            W t = {p, w->end};
-            w_int64(&t, e->dims[i]); /* fits: checked above */
-            p = t.p;
-        }
+        W t = {p, w->end};
+        w_int64(&t, e->dims[i]); /* fits: checked above */
+        p = t.p;
     }
-    int rc = 0;
+    rc = 0;
     if (e->kind == ENTRY_XOR) {
         memcpy(p, "z\x03md5", 5);
         p += 5;
@@ -289,41 +300,6 @@ w_entry(W *w, EntryObject *e, int depth)
     *p++ = '0';
     w->p = p;
     return 0;
-}
-
-/* w_entry, each part's room checked as it is written */
-static int
-w_entry_each(W *w, EntryObject *e, int depth)
-{
-    int rc;
-    if (w->end - w->p < 1)
-        return W_FULL;
-    *w->p++ = '{';
-    if ((rc = w_key(w, "type", 4)) < 0 || (rc = w_obj(w, e->type, depth + 1)) < 0 ||
-        (rc = w_key(w, "dtype", 5)) < 0 || (rc = w_obj(w, e->dtype, depth + 1)) < 0 ||
-        (rc = w_key(w, "shape", 5)) < 0 || (rc = w_u32(w, '[', Py_SIZE(e))) < 0)
-        return rc;
-    for (Py_ssize_t i = 0; i < Py_SIZE(e); i++)
-        if ((rc = w_int64(w, e->dims[i])) < 0)
-            return rc;
-    if (e->kind == ENTRY_XOR) {
-        if ((rc = w_key(w, "md5", 3)) < 0 || (rc = w_sum(w, e)) < 0)
-            return rc;
-    } else {
-        static const char *const fig_key[4] = {"Max", "Min", "Mean", "Norm"};
-        for (int i = 0; i < 4; i++) {
-            if ((rc = w_key(w, fig_key[i], i < 2 ? 3 : 4)) < 0)
-                return rc;
-            rc = e->kind == ENTRY_NORM && i < 3 ? w_bytes(w, "N", 1) : w_double(w, e->fig[i]);
-            if (rc < 0)
-                return rc;
-        }
-    }
-    if ((rc = w_key(w, "requires_grad", 13)) < 0 || (rc = w_bytes(w, e->rg ? "T" : "F", 1)) < 0)
-        return rc;
-    if (e->kind == ENTRY_MD5 && ((rc = w_key(w, "md5", 3)) < 0 || (rc = w_sum(w, e)) < 0))
-        return rc;
-    return w_bytes(w, "0", 1);
 }
 
 /* o with every entry of C values replaced by the dict it stands for (its containers copied), for marshal's own
@@ -1266,13 +1242,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jput", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__jput(void)
 {
-    /* none without _jenc: then no entry is made either. Imported first: the capsule's import only looks the module up
-     * as its package's attribute, which it is once imported. */
-    PyObject *jenc = PyImport_ImportModule("msprobe_inject.dumpformat._jenc");
-    Py_XDECREF(jenc);
-    if (jenc != NULL && (EAPI = PyCapsule_Import(ENTRY_CAPSULE, 0)) != NULL)
+    if ((EAPI = entry_api_import()) != NULL) /* none without _jenc: then no entry is made either */
         Entry_type = EAPI->type;
-    PyErr_Clear();
     s_mm = PyUnicode_InternFromString("mm");
     s_pos = PyUnicode_InternFromString("pos");
     s_busy = PyUnicode_InternFromString("busy");
