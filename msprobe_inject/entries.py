@@ -20,6 +20,9 @@ class Pending(list):
 class EncoderBase:
     """One instance per session; per-record state is passed in."""
 
+    # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
+    __slots__ = ("some_files", "__dict__", "__weakref__")
+
     tensor_type_name = ""
 
     def __init__(self, cfg: Any, tensor_dir_fn: Callable[[], str], writer: Any):

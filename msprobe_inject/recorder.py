@@ -25,7 +25,7 @@ from .config import DumpConfig
 from .dumpformat import names, paths
 from .framework import Framework
 from .session import Session
-from .writer import Construct, Merge, Record, made, stack_at
+from .writer import Construct, Merge, Record, post, stack_at
 
 
 class ModuleFrame:
@@ -48,6 +48,10 @@ class ModuleFrame:
 
 class Recorder:
     """One per process and framework."""
+
+    # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
+    __slots__ = ("api_on", "session", "encoder", "writer", "fwd", "bwd", "inp", "outp", "extra", "construct", "forked",
+                 "__dict__", "__weakref__")
 
     def __init__(self, cfg: DumpConfig, fw: Framework, zero_code: bool = False):
         self.cfg = cfg
@@ -239,7 +243,7 @@ class Recorder:
         s = self.session
         if s.ready_kind != "dump" or self.writer.stopped:  # ensure_open's test: a frame per record less
             s.ensure_open()
-        self.writer.send(made(Record, (key, body, pending or None)))
+        post(self.writer, Record, key, body, pending or None)
 
     def merge(self, key: str, members: Dict[str, Any], pending: Optional[list], move: bool = False) -> None:
         """Members of a record; with move, the record takes its place at the end of the step (msprobe's
@@ -247,7 +251,7 @@ class Recorder:
         s = self.session
         if s.ready_kind != "dump" or self.writer.stopped:
             s.ensure_open()
-        self.writer.send(made(Merge, (key, members, pending or None, move)))
+        post(self.writer, Merge, key, members, pending or None, move)
 
     def place(self, key: str, parent: Any) -> None:
         """The record's parent in construct.json (levels L0 and mix with extra_info)."""
@@ -255,7 +259,7 @@ class Recorder:
             s = self.session
             if s.ready_kind != "dump" or self.writer.stopped:
                 s.ensure_open()
-            self.writer.send(made(Construct, (key, parent)))
+            post(self.writer, Construct, key, parent)
 
     def stack(self, key: str, skip: int) -> None:
         """The caller's stack for stack.json; skip: frames of the tool above the user's call."""
@@ -373,7 +377,7 @@ class Recorder:
                     w = self.writer
                     if s.ready_kind != "dump" or w.stopped:
                         s.ensure_open()
-                    w.send(made(Merge, (fkey, members, pending or None, self.outp)))
+                    post(w, Merge, fkey, members, pending or None, self.outp)
                 if s.filters.active:
                     s.filters.finished(fkey)
             finally:
@@ -442,7 +446,7 @@ class Recorder:
         s = self.session
         if s.ready_kind != "dump" or self.writer.stopped:
             s.ensure_open()
-        self.writer.send(made(Record, (bkey, body, pending or None)))
+        post(self.writer, Record, bkey, body, pending or None)
 
     # ---------------------------------------------------------------- parameter gradients
     def param_grad(self, prefix: str, pname: str, grad_of: Callable[[], Any]) -> None:
@@ -478,7 +482,7 @@ class Recorder:
                     entry = enc.encode(grad, pending, None)
                 if s.ready_kind != "dump" or self.writer.stopped:
                     s.ensure_open()
-                self.writer.send(made(Merge, (key, {pname: [entry]}, pending or None, False)))
+                post(self.writer, Merge, key, {pname: [entry]}, pending or None, False)
             finally:
                 self._leave_quiet(sec)
         except Exception as exc:

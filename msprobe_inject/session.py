@@ -25,6 +25,9 @@ def rank_from_env() -> Optional[int]:
 class Filters:
     """scope / list decisions; counters are never affected by filtering."""
 
+    # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
+    __slots__ = ("active", "__dict__", "__weakref__")
+
     def __init__(self, cfg: DumpConfig):
         self.plain = [s for s in cfg.list if not (s.startswith("name-regex(") and s.endswith(")"))]
         self.regex = [re.compile(s[len("name-regex("):-1]) for s in cfg.list
@@ -65,6 +68,9 @@ class Filters:
 
 class Session:
     """One per process. Holds what msprobe's service holds, minus the framework."""
+
+    # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
+    __slots__ = ("running", "ended", "filters", "api_counts", "ready_kind", "__dict__", "__weakref__")
 
     def __init__(self, cfg: DumpConfig, framework: str, rank_fn: Callable[[], Optional[int]],
                  resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],

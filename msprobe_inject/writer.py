@@ -224,8 +224,10 @@ class _OpenStep:
 class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
-    # what the journal's C calls read and set for every record (journal._slots_setup below); the rest in __dict__
-    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "__dict__", "__weakref__")
+    # what the journal's C calls read and set for every record (journal._slots_setup below), and `stopped`, which a
+    # recorded call's C reads (_apicall.c, at its slot's offset: _attrs.h); the rest in __dict__
+    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "stopped", "__dict__",
+                 "__weakref__")
 
     def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,
@@ -1030,3 +1032,14 @@ _FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACC
 
 if journal._slots_setup is not None:  # the C send's and stack's reads of the writer, at its slots
     journal._slots_setup(DumpWriter, ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks"))
+
+
+# writer.send(made(t, fields)): how the recorders send a Record, Merge or Construct. In one C call where the journal's
+# C is built (journal._post: the event made as made() makes it, DumpWriter.send's first step under the hand-off lock
+# for a writer whose class has that send, writer.send for what it declines), else the same in Python.
+if journal._post is not None and journal._post_setup is not None:
+    journal._post_setup(DumpWriter.send)
+    post = journal._post
+else:
+    def post(writer: DumpWriter, t: type, *fields: Any) -> None:
+        writer.send(made(t, fields))

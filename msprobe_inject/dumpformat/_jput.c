@@ -1075,6 +1075,36 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * or a journal jstack leaves to the Python path. An error is the caller's, the lock released. */
 static PyObject *F_sig, *s_blk, *s_wstacks, *s_acquire, *s_release;
 
+/* lock.release(), the error in flight kept; a release that fails: its error instead, and -1 */
+static int
+release_keeping(PyObject *lock)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+#endif
+    PyObject *got = PyObject_CallMethodNoArgs(lock, s_release);
+    if (got == NULL) {
+#if PY_VERSION_HEX >= 0x030C0000
+        Py_XDECREF(exc);
+#else
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+#endif
+        return -1;
+    }
+    Py_DECREF(got);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyErr_Restore(et, ev, tb);
+#endif
+    return 0;
+}
+
 static PyObject *
 jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1126,32 +1156,68 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(sig);
     /* the lock is released whatever happened, the error kept */
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-#endif
-    got = PyObject_CallMethodNoArgs(lock, s_release);
+    int released = release_keeping(lock);
     Py_DECREF(lock);
-    if (got == NULL) {
-#if PY_VERSION_HEX >= 0x030C0000
-        Py_XDECREF(exc);
-#else
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-#endif
-        Py_XDECREF(res);
+    if (released < 0)
+        Py_CLEAR(res);
+    return res;
+}
+
+/* post(writer, type, *fields) -> None: writer.send(made(type, fields)) in one call, the recorders' form of sending a
+ * Record, Merge or Construct. The event is made as tuple.__new__ makes it (the type's allocator, then the fields);
+ * where the writer's class has DumpWriter's own send (post_setup), its first step runs here (under the hand-off
+ * lock, the common record journaled and handed off: jsend); what that declines, and a writer whose class has another
+ * send (a subclass's, a diagnostic's), goes through writer.send. An error is the caller's, the lock released. */
+static PyObject *F_wsend, *s_send;
+
+static PyObject *
+jpost(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3 || nargs > 6 || !PyType_Check(args[1]) || !PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "post(writer, type, *fields): type a tuple's subclass, 1 to 4 fields");
         return NULL;
     }
-    Py_DECREF(got);
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(exc);
-#else
-    PyErr_Restore(et, ev, tb);
-#endif
-    return res;
+    PyObject *w = args[0];
+    PyTypeObject *tp = (PyTypeObject *)args[1];
+    PyObject *ev = tp->tp_alloc(tp, nargs - 2);
+    if (ev == NULL)
+        return NULL;
+    for (Py_ssize_t i = 2; i < nargs; i++)
+        PyTuple_SET_ITEM(ev, i - 2, NEW_REF(args[i]));
+    int taken = 0;
+    if (F_wsend != NULL && _PyType_Lookup(Py_TYPE(w), s_send) == F_wsend) {
+        PyObject *lock = attr_get(w, s_blk), *got = NULL;
+        if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
+            Py_XDECREF(lock);
+            Py_DECREF(ev);
+            return NULL;
+        }
+        Py_DECREF(got);
+        PyObject *a[3] = {w, ev, Py_False};
+        PyObject *r = jsend(self, a, 3);
+        taken = r == NULL ? -1 : r == Py_True;
+        Py_XDECREF(r);
+        /* the lock is released whatever happened, the error kept */
+        if (release_keeping(lock) < 0)
+            taken = -1;
+        Py_DECREF(lock);
+    }
+    if (taken == 0) {
+        PyObject *r = PyObject_CallMethodOneArg(w, s_send, ev);
+        taken = r == NULL ? -1 : 1;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(ev);
+    if (taken < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* post_setup(send): DumpWriter.send, whose first step post runs itself for a writer whose class has it */
+static PyObject *
+jpost_setup(PyObject *self, PyObject *send)
+{
+    return set_callable(&F_wsend, send, "post_setup(send)");
 }
 
 /* stack_setup(sig): the stack signature's function stack_at calls */
@@ -1231,6 +1297,9 @@ static PyMethodDef methods[] = {
      "stack_at(writer, key, skip) -> bool: DumpWriter.stack for a stack seen before (see the comment above "
      "jstack_at)."},
     {"stack_setup", (PyCFunction)jstack_setup, METH_O, "stack_setup(sig): the stack signature stack_at takes."},
+    {"post", (PyCFunction)(void (*)(void))jpost, METH_FASTCALL,
+     "post(writer, type, *fields): writer.send(made(type, fields)) in one call (see the comment above jpost)."},
+    {"post_setup", (PyCFunction)jpost_setup, METH_O, "post_setup(send): DumpWriter.send, which post runs itself."},
     {"see_setup", (PyCFunction)jsee_setup, METH_O,
      "see_setup(nonfinite): the C walk for a non-finite statistic (None where it declines) that send asks of a held "
      "step's records before writer._triggers_see."},
@@ -1273,7 +1342,8 @@ PyInit__jput(void)
     s_wstacks = PyUnicode_InternFromString("_stacks");
     s_acquire = PyUnicode_InternFromString("acquire");
     s_release = PyUnicode_InternFromString("release");
-    if (!s_blk || !s_wstacks || !s_acquire || !s_release)
+    s_send = PyUnicode_InternFromString("send");
+    if (!s_blk || !s_wstacks || !s_acquire || !s_release || !s_send)
         return NULL;
     if (!s_mm || !s_pos || !s_busy || !s_jf || !s_held || !s_jbuf || !s_buf || !s_q || !s_sent || !s_see || !s_put
         || !V_set || !V_merge || !V_move || !V_construct || !V_stack || !V_stackdef || !s_stacks || !V_one)

@@ -50,6 +50,8 @@ _stack_at = getattr(_jput, "stack_at", None)  # a writer's stack() for a known s
 _stack_setup = getattr(_jput, "stack_setup", None)
 _see_setup = getattr(_jput, "see_setup", None)  # the C walk send asks of a held step's records (nonfinite.c_walk)
 _slots_setup = getattr(_jput, "slots_setup", None)  # which attributes those calls read at their slots' offsets
+_post = getattr(_jput, "post", None)  # writer.send(made(type, fields)) in one call, DumpWriter.send's first step
+_post_setup = getattr(_jput, "post_setup", None)  # given DumpWriter.send
 
 VERSION = 3  # 3: binary frames appended by the training thread; 2: JSON lines, merge/move with members only
 _LEN = struct.Struct("<I")

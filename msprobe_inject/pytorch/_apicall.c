@@ -25,6 +25,8 @@
 #include <Python.h>
 #include <frameobject.h>
 
+#include "../_attrs.h"
+
 #if PY_VERSION_HEX < 0x030A0000
 static inline PyObject *
 Py_NewRef(PyObject *o)
@@ -48,20 +50,23 @@ has_attr(PyObject *o, PyObject *name)
     return r;
 }
 
-static PyObject *SLOW, *T_function, *T_tensor, *F_made, *T_record, *T_construct, *F_partial,
-    *F_hook_after, *F_stack_at, *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *F_send, *V_one, *V_zero;
+static PyObject *SLOW, *T_function, *T_tensor, *T_record, *T_construct, *F_partial, *F_hook_after, *F_stack_at,
+    *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *V_one, *V_zero;
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
-    *s_send, *s_construct, *s_bwd, *s_backward_c, *s_register_backward, *s_ended, *s_place, *s_keep,
+    *s_post, *s_construct, *s_bwd, *s_backward_c, *s_register_backward, *s_ended, *s_place, *s_keep,
     *s_backward_record, *s_backward,
     *s_requires_grad, *s_capture_failed, *s_out, *s_distributed, *s_npu, *s_input, *s_output, *s_fields,
     *s_input_args, *s_input_kwargs, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
-    *s_f_lasti, *s_csend, *s_blk, *s_acquire, *s_release, *s_get, *s_parent;
+    *s_f_lasti, *s_get, *s_parent;
 
-/* an attribute's truth: 1, 0, or -1 with an error */
+/* an attribute's truth: 1, 0, or -1 with an error; attr_true for the objects whose attributes attrs_get finds where
+ * they are (the recorder's, session's, encoder's, writer's), plain_true for the others (the thread state, a tensor) */
+#define attr_true attrs_true
+
 static int
-attr_true(PyObject *o, PyObject *name)
+plain_true(PyObject *o, PyObject *name)
 {
     PyObject *v = PyObject_GetAttr(o, name);
     if (v == NULL)
@@ -145,7 +150,7 @@ restore(Held *h, int cleanup_ok)
 static PyObject *
 encode(PyObject *enc, PyObject *value, PyObject *pending)
 {
-    PyObject *ctx = PyObject_GetAttr(enc, s_ctx), *entries = ctx == NULL ? NULL : PyObject_GetAttr(enc, s_entries);
+    PyObject *ctx = attrs_get(enc, s_ctx), *entries = ctx == NULL ? NULL : attrs_get(enc, s_entries);
     if (entries == NULL) {
         Py_XDECREF(ctx);
         return NULL;
@@ -254,7 +259,7 @@ capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, 
     int extra = attr_true(rec, s_extra);
     if (extra <= 0)
         return extra;
-    PyObject *w = PyObject_GetAttr(rec, s_writer);
+    PyObject *w = attrs_get(rec, s_writer);
     if (w == NULL)
         return -1;
     int seen = 0;
@@ -284,60 +289,17 @@ capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, 
     return 0;
 }
 
+/* writer.post(w, type, a0, a1[, a2]): the event made and sent as the recorders send theirs (the writer module's
+ * post, read each call: the journal's C where it is built, DumpWriter.send's first step under the hand-off lock) */
 static int
 send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
 {
-    PyObject *tup = a2 != NULL ? PyTuple_Pack(3, a0, a1, a2) : PyTuple_Pack(2, a0, a1);
-    if (tup == NULL)
+    PyObject *post = PyObject_GetAttr(M_writer, s_post);
+    if (post == NULL)
         return -1;
-    PyObject *ma[2] = {type, tup};
-    PyObject *ev = PyObject_Vectorcall(F_made, ma, 2, NULL);
-    Py_DECREF(tup);
-    if (ev == NULL)
-        return -1;
-    /* DumpWriter.send's first step, its frame spared: the writer module's C send (journal and hand-off) under the
-     * hand-off lock; what it declines, and a writer without it, the method's */
-    PyObject *csend = PyObject_GetAttr(M_writer, s_csend);
-    if (csend == NULL) {
-        Py_DECREF(ev);
-        return -1;
-    }
-    /* a writer whose class has another send (a subclass's, a diagnostic's) gets every event through it */
-    PyObject *meth = PyObject_GetAttr((PyObject *)Py_TYPE(w), s_send);
-    int own = meth == F_send;
-    Py_XDECREF(meth);
-    if (meth == NULL) {
-        Py_DECREF(csend);
-        Py_DECREF(ev);
-        return -1;
-    }
-    if (csend != Py_None && own) {
-        PyObject *lock = PyObject_GetAttr(w, s_blk), *got = NULL;
-        if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
-            Py_XDECREF(lock);
-            Py_DECREF(csend);
-            Py_DECREF(ev);
-            return -1;
-        }
-        Py_DECREF(got);
-        PyObject *ca[3] = {w, ev, Py_False};
-        PyObject *taken = PyObject_Vectorcall(csend, ca, 3, NULL);
-        Held h;
-        hold(&h);
-        got = PyObject_CallMethodNoArgs(lock, s_release);
-        Py_DECREF(lock);
-        Py_XDECREF(got);
-        int t = restore(&h, got != NULL) < 0 ? -1 : PyObject_IsTrue(taken);
-        Py_XDECREF(taken);
-        if (t != 0) {
-            Py_DECREF(csend);
-            Py_DECREF(ev);
-            return t < 0 ? -1 : 0;
-        }
-    }
-    Py_DECREF(csend);
-    PyObject *r = PyObject_CallMethodOneArg(w, s_send, ev);
-    Py_DECREF(ev);
+    PyObject *pa[5] = {w, type, a0, a1, a2};
+    PyObject *r = PyObject_Vectorcall(post, pa, a2 != NULL ? 5 : 4, NULL);
+    Py_DECREF(post);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
 }
@@ -346,7 +308,7 @@ send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
 static int
 ensure_open(PyObject *s, PyObject *w)
 {
-    PyObject *kind = PyObject_GetAttr(s, s_ready_kind);
+    PyObject *kind = attrs_get(s, s_ready_kind);
     int open = kind == NULL ? -1 : PyObject_RichCompareBool(kind, s_dump, Py_EQ);
     Py_XDECREF(kind);
     if (open == 1) {
@@ -393,7 +355,7 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
     Py_DECREF(value);
     if (r < 0)
         return -1;
-    PyObject *w = PyObject_GetAttr(rec, s_writer);
+    PyObject *w = attrs_get(rec, s_writer);
     if (w == NULL)
         return -1;
     if (ensure_open(s, w) < 0 || send(w, T_record, fkey, body, PyList_GET_SIZE(pending) ? pending : Py_None) < 0) {
@@ -434,11 +396,11 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
     if (F_hook_after != Py_None && Py_IS_TYPE(out, (PyTypeObject *)T_tensor) && drop < 0) {
         /* _register_backward's common case: a plain tensor, no dropout (whose p the Python asks); the backward
          * record's key made only for an output that has a node to hook */
-        int rg = attr_true(out, s_requires_grad);
+        int rg = plain_true(out, s_requires_grad);
         if (rg <= 0)
             return rg;
         PyObject *bkey = api_key(base, idx, "backward"), *fn = NULL;
-        PyObject *body_fn = bkey == NULL ? NULL : PyObject_GetAttr(hooks, s_backward_c);
+        PyObject *body_fn = bkey == NULL ? NULL : attrs_get(hooks, s_backward_c);
         if (body_fn != NULL) {
             PyObject *pa[3] = {body_fn, bkey, Py_True};
             fn = PyObject_Vectorcall(F_partial, pa, 3, NULL);
@@ -490,11 +452,11 @@ run_in_api(PyObject *func, PyObject *args, PyObject *kwargs)
 static PyObject *
 operator_site(PyObject *mode, PyObject *func, PyObject *args)
 {
-    PyObject *hooks = PyObject_GetAttr(mode, s_hooks), *ops = NULL, *sites = NULL, *code = NULL, *name = NULL,
+    PyObject *hooks = attrs_get(mode, s_hooks), *ops = NULL, *sites = NULL, *code = NULL, *name = NULL,
              *lasti = NULL, *id = NULL, *site = NULL, *info = NULL;
     PyFrameObject *frame = NULL;
-    if (hooks == NULL || (ops = PyObject_GetAttr(hooks, s_operators)) == NULL
-        || (sites = PyObject_GetAttr(hooks, s_sites)) == NULL)
+    if (hooks == NULL || (ops = attrs_get(hooks, s_operators)) == NULL
+        || (sites = attrs_get(hooks, s_sites)) == NULL)
         goto done;
     if (!PyDict_CheckExact(ops) || !PyDict_CheckExact(sites))
         goto done;
@@ -556,7 +518,7 @@ common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject
         return r < 0 ? -1 : 0;
     if ((r = attr_true(rec, s_forked)) != 0)
         return r < 0 ? -1 : 0;
-    PyObject *filters = PyObject_GetAttr(s, s_filters);
+    PyObject *filters = attrs_get(s, s_filters);
     if (filters == NULL)
         return -1;
     r = attr_true(filters, s_active);
@@ -565,7 +527,7 @@ common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject
         return r < 0 ? -1 : 0;
     if ((r = attr_true(enc, s_some_files)) != 0)
         return r < 0 ? -1 : 0;
-    PyObject *entries = PyObject_GetAttr(enc, s_entries);
+    PyObject *entries = attrs_get(enc, s_entries);
     if (entries == NULL)
         return -1;
     r = entries != Py_None;
@@ -594,7 +556,7 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         return Py_NewRef(SLOW);
     if (kwargs == Py_None)
         kwargs = NULL;
-    PyObject *known = PyObject_GetAttr(mode, s_known);
+    PyObject *known = attrs_get(mode, s_known);
     if (known == NULL)
         return NULL;
     if (!PyDict_CheckExact(known)) {
@@ -620,16 +582,16 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     PyObject *hooks = NULL, *rec = NULL, *s = NULL, *enc = NULL, *body = NULL, *pending = NULL, *fkey = NULL,
              *idx = NULL, *out = NULL, *res = NULL, *in_args = NULL, *in_kwargs = NULL;
-    int r = attr_true(TLS, s_busy);
+    int r = plain_true(TLS, s_busy);
     if (r == 0)
-        r = attr_true(TLS, s_in_api);
+        r = plain_true(TLS, s_in_api);
     if (r != 0)
         goto through;
-    if ((hooks = PyObject_GetAttr(mode, s_hooks)) == NULL || (rec = PyObject_GetAttr(hooks, s_rec)) == NULL)
+    if ((hooks = attrs_get(mode, s_hooks)) == NULL || (rec = attrs_get(hooks, s_rec)) == NULL)
         goto done;
     if ((r = attr_true(rec, s_api_on)) <= 0)
         goto through;
-    if ((s = PyObject_GetAttr(rec, s_session)) == NULL || (enc = PyObject_GetAttr(rec, s_encoder)) == NULL)
+    if ((s = attrs_get(rec, s_session)) == NULL || (enc = attrs_get(rec, s_encoder)) == NULL)
         goto done;
     if ((r = common(func, info, kwargs, rec, s, enc)) <= 0) {
         if (r == 0)
@@ -665,7 +627,7 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     /* the record's name: Session.api_counts holds the calls of each base so far */
     PyObject *base = PyTuple_GET_ITEM(info, 0);
-    PyObject *counts = PyObject_GetAttr(s, s_api_counts);
+    PyObject *counts = attrs_get(s, s_api_counts);
     if (counts == NULL)
         goto done;
     if (!PyDict_CheckExact(counts)) {
@@ -693,7 +655,7 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if ((out = run_in_api(func, args, kwargs)) == NULL)
         goto done;
     /* Session.finish_api: the count read again (the session's dict, whatever the call did) */
-    counts = PyObject_GetAttr(s, s_api_counts);
+    counts = attrs_get(s, s_api_counts);
     if (counts == NULL)
         goto done;
     PyObject *cur;
@@ -743,12 +705,12 @@ done:
 static int
 backward_record(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *grad_out, PyObject *grad_in)
 {
-    PyObject *enc = PyObject_GetAttr(rec, s_encoder);
+    PyObject *enc = attrs_get(rec, s_encoder);
     if (enc == NULL)
         return -1;
     int r = attr_true(enc, s_some_files);
     if (r == 0) {
-        PyObject *entries = PyObject_GetAttr(enc, s_entries);
+        PyObject *entries = attrs_get(enc, s_entries);
         r = entries == NULL ? -1 : entries == Py_None;
         Py_XDECREF(entries);
     }
@@ -775,7 +737,7 @@ backward_record(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *grad_out, 
         r = lst == NULL ? -1 : put_entries(enc, body, keys[i], lst, pending);
         Py_XDECREF(lst);
     }
-    if (r == 0 && ((w = PyObject_GetAttr(rec, s_writer)) == NULL || ensure_open(s, w) < 0
+    if (r == 0 && ((w = attrs_get(rec, s_writer)) == NULL || ensure_open(s, w) < 0
                    || send(w, T_record, bkey, body, PyList_GET_SIZE(pending) ? pending : Py_None) < 0))
         r = -1;
     Py_XDECREF(w);
@@ -803,7 +765,7 @@ backward_body(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *record, PyOb
     }
     if (r < 0 || (r = PyObject_IsTrue(record)) <= 0)
         return r;
-    PyObject *filters = PyObject_GetAttr(s, s_filters);
+    PyObject *filters = attrs_get(s, s_filters);
     r = filters == NULL ? -1 : attr_true(filters, s_active);
     Py_XDECREF(filters);
     if (r > 0) {
@@ -835,11 +797,11 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *hooks = a[0], *bkey = a[1];
-    PyObject *rec = PyObject_GetAttr(hooks, s_rec), *s = NULL;
-    int r = rec == NULL ? -1 : attr_true(TLS, s_busy);
+    PyObject *rec = attrs_get(hooks, s_rec), *s = NULL;
+    int r = rec == NULL ? -1 : plain_true(TLS, s_busy);
     if (r == 0)
         r = attr_true(rec, s_forked);
-    if (r == 0 && (s = PyObject_GetAttr(rec, s_session)) == NULL)
+    if (r == 0 && (s = attrs_get(rec, s_session)) == NULL)
         r = -1;
     if (r == 0)
         r = attr_true(s, s_ended);
@@ -858,28 +820,52 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* setup(slow, function type, tensor type, made, Record, Construct, partial, hook_after or None,
- * stack_at or None, is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module,
- * DumpWriter.send): what every call uses, given once */
+/* setup(slow, function type, tensor type, Record, Construct, partial, hook_after or None, stack_at or None,
+ * is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module): what every call uses, given
+ * once */
 static PyObject *
 apicall_setup(PyObject *self, PyObject *args)
 {
-    PyObject *o[16];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15]))
+    PyObject *o[14];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12], &o[13]))
         return NULL;
     if (!PyType_Check(o[1]) || !PyType_Check(o[2])) {
         PyErr_SetString(PyExc_TypeError, "setup: the function and tensor types");
         return NULL;
     }
-    PyObject **dst[16] = {&SLOW, &T_function, &T_tensor, &F_made, &T_record, &T_construct, &F_partial,
-                          &F_hook_after, &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer,
-                          &F_send};
-    for (int i = 0; i < 16; i++) {
+    PyObject **dst[14] = {&SLOW, &T_function, &T_tensor, &T_record, &T_construct, &F_partial, &F_hook_after,
+                          &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer};
+    for (int i = 0; i < 14; i++) {
         Py_INCREF(o[i]);
         Py_XSETREF(*dst[i], o[i]);
     }
     Py_RETURN_NONE;
+}
+
+/* attr(o, name): o.name as the calls above read the recorder's attributes (_attrs.h), for its tests */
+static PyObject *
+apicall_attr(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_CheckExact(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "attr(o, name: str)");
+        return NULL;
+    }
+    /* a cache entry points to its name: the names asked here are kept for the process (a freed name's address
+     * reused by another would find the entry) */
+    static PyObject *held;
+    if (held == NULL && (held = PySet_New(NULL)) == NULL)
+        return NULL;
+    PyObject *name = a[1];
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    if (PySet_Add(held, name) < 0) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    PyObject *v = attrs_get(a[0], name);
+    Py_DECREF(name);
+    return v;
 }
 
 static PyMethodDef methods[] = {
@@ -888,6 +874,7 @@ static PyMethodDef methods[] = {
     {"backward", (PyCFunction)(void (*)(void))apicall_backward, METH_FASTCALL,
      "backward(hooks, bkey, record, grad_inputs, grad_outputs): a recorded call's backward record"},
     {"setup", apicall_setup, METH_VARARGS, "setup(...): the objects every call uses"},
+    {"attr", (PyCFunction)(void (*)(void))apicall_attr, METH_FASTCALL, "attr(o, name): o.name as the calls read it"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -905,7 +892,7 @@ PyInit__apicall(void)
     I(s_some_files, "some_files"); I(s_entries, "_entries"); I(s_ctx, "_ctx"); I(s_devices, "_devices");
     I(s_finish, "_finish"); I(s_fwd, "fwd"); I(s_inp, "inp"); I(s_outp, "outp"); I(s_extra, "extra");
     I(s_writer, "writer"); I(s_stack, "stack"); I(s_ready_kind, "ready_kind"); I(s_dump, "dump");
-    I(s_stopped, "stopped"); I(s_ensure_open, "ensure_open"); I(s_send, "send"); I(s_construct, "construct");
+    I(s_stopped, "stopped"); I(s_ensure_open, "ensure_open"); I(s_post, "post"); I(s_construct, "construct");
     I(s_bwd, "bwd"); I(s_backward_c, "_backward_c"); I(s_ended, "ended"); I(s_place, "place"); I(s_keep, "keep");
     I(s_backward_record, "backward_record"); I(s_backward, "backward"); I(s_register_backward, "_register_backward");
     I(s_requires_grad, "requires_grad"); I(s_capture_failed, "_capture_failed"); I(s_out, "out");
@@ -913,7 +900,7 @@ PyInit__apicall(void)
     I(s_fields, "_fields"); I(s_input_args, "input_args"); I(s_input_kwargs, "input_kwargs");
     I(s_encode, "encode"); I(s_dropout, "dropout");
     I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
-    I(s_csend, "_csend"); I(s_blk, "_blk"); I(s_acquire, "acquire"); I(s_release, "release"); I(s_get, "get");
+    I(s_get, "get");
     I(s_parent, "_parent");
 #undef I
     if ((V_one = PyLong_FromLong(1)) == NULL || (V_zero = PyLong_FromLong(0)) == NULL)

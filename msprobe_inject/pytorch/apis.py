@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 from .. import writer as _writer_module
 from ..dumpformat import names
 from ..recorder import Recorder
-from ..writer import Construct, Record, made, stack_at
+from ..writer import Construct, Record, post, stack_at
 from . import apinames
 from .state import COMPILER, Quiet, dynamo_compiling, hook_after, tls
 
@@ -53,6 +53,9 @@ def _first_tensor(value):
 
 class DumpMode(TorchFunctionMode):
     """Sees every torch function call on the thread that pushed it; dumps the listed ones."""
+
+    # read by every call's C (_apicall.c) at their slots' offsets (_attrs.h)
+    __slots__ = ("hooks", "known")
 
     def __init__(self, hooks: ApiHooks):
         super().__init__()
@@ -94,6 +97,9 @@ class DumpMode(TorchFunctionMode):
 
 class ApiHooks:
     """API records of one recorder: naming (apinames), the dump mode, and each call's record."""
+
+    # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
+    __slots__ = ("rec", "_operators", "_sites", "_backward_c", "__dict__", "__weakref__")
 
     def __init__(self, rec: Recorder):
         cfg = rec.cfg
@@ -266,9 +272,9 @@ class ApiHooks:
                     w = rec.writer
                     if s.ready_kind != "dump" or w.stopped:  # Session.ensure_open's test, spelled out
                         s.ensure_open()
-                    w.send(made(Record, (fkey, body, pending or None)))
+                    post(w, Record, fkey, body, pending or None)
                 if rec.construct:
-                    rec.writer.send(made(Construct, (fkey, self._parent(stack))))
+                    post(rec.writer, Construct, fkey, self._parent(stack))
                 if filters.active:
                     filters.finished(fkey)
                 # under no_grad (an optimizer's step: 468 of the 594 recorded calls of overhead.py's GPT-2 step) no
@@ -295,7 +301,7 @@ class ApiHooks:
             try:  # the section inside: a failing guard is a logged tool error, the user's call has returned
                 with Quiet():
                     rec.session.ensure_open()
-                    rec.writer.send(made(Construct, (fkey, self._parent(stack))))
+                    post(rec.writer, Construct, fkey, self._parent(stack))
                     if _grad_enabled():  # as in call_api
                         self._register_backward(out, names.api_key(base, idx, names.BACKWARD), prefix, api, args,
                                                 kwargs, False)
@@ -375,8 +381,7 @@ except ImportError:
     _apicall = None
 _fast_call = None
 if _apicall is not None:
-    _apicall.setup(_SLOW, _FunctionType, _TENSOR, made, Record, Construct, partial, hook_after,
-                   stack_at, _grad_enabled, _enter_quiet, _leave_quiet, tls, apinames.respell, _writer_module,
-                   _writer_module.DumpWriter.send)
+    _apicall.setup(_SLOW, _FunctionType, _TENSOR, Record, Construct, partial, hook_after, stack_at, _grad_enabled,
+                   _enter_quiet, _leave_quiet, tls, apinames.respell, _writer_module)
     _fast_call = _apicall.call
 del _writer_module

@@ -576,6 +576,26 @@ class _Collecting(queue.Queue):
         self.into.append(item)
 
 
+def _handed(w, items, send) -> tuple:
+    """send(w, event) for each (event, held) of items, the writer's step held or not as each says, its hand-offs
+    collected: the journal's operations, the batches handed off (Open left out), the records counted. w is closed."""
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import Open
+
+    queue, batches = w._q, []
+    w._q = _Collecting(batches)
+    for ev, held in items:
+        w._held = held
+        send(w, ev)
+    batches.append(list(w._buf))
+    with open(w._jf.path, "rb") as fh:
+        ops = list(journal._ops(fh.read()))
+    w._held, w._q, w._buf, w.flight = False, queue, [], None
+    w.close()
+    handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
+    return ops, handed, w.records_sent
+
+
 def _counting(real, taken: list):
     """real (a C call that answers whether it did the work), its answers kept in taken."""
 
@@ -603,7 +623,7 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
     from msprobe_inject.dumpformat import journal
     from msprobe_inject.dumpformat.nonfinite import has_nonfinite
     from msprobe_inject.flight import Flight
-    from msprobe_inject.writer import Construct, DumpWriter, Merge, Open, Record
+    from msprobe_inject.writer import Construct, DumpWriter, Merge, Record
 
     if writer._csend is None:
         pytest.skip("the C send is not built here")
@@ -648,18 +668,7 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
         w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
         # what the triggers look at: a NaN anywhere in the record, and the records the spike rule follows
         w.flight = Flight(4, 1, 1 << 20, 2.0 if spike else 0.0, r"\.seen$", has_nonfinite)
-        queue, batches = w._q, []
-        w._q = _Collecting(batches)
-        for ev, push, held in events:
-            w._held = held
-            w.send(ev, push)
-        batches.append(list(w._buf))
-        with open(w._jf.path, "rb") as fh:
-            ops = list(journal._ops(fh.read()))
-        w._held, w._q, w._buf, w.flight = False, queue, [], None
-        w.close()
-        handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
-        return ops, handed, w.records_sent
+        return _handed(w, [((ev, push), held) for ev, push, held in events], lambda w, ev: w.send(*ev))
 
     monkeypatch.setattr(writer, "_csend", counted)
     fast = run("c")
@@ -675,6 +684,110 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
                 and not ev.key.endswith(".seen") and has_nonfinite(ev.body)}
     assert nan_held and nan_held <= {e[1] for b in fast[1] for e in b}  # seen for their NaN alone
     assert fast[2] == slow[2] == sum(type(ev) is not Construct for ev, _, _ in events)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_post_sends_what_send_of_the_made_event_does(tmp_path, seed):
+    """writer.post(w, type, *fields), the recorders' way of sending (in C: journal._post), against
+    w.send(made(type, fields)) in Python (the C send off): the same journal operations, the same events handed off
+    in the same batches, the same count; held steps, statistics still to read and records marshal does not take
+    included."""
+    import math
+    import random
+    import shutil
+
+    from msprobe_inject import writer
+    from msprobe_inject.dumpformat.nonfinite import has_nonfinite
+    from msprobe_inject.flight import Flight
+    from msprobe_inject.writer import Construct, DumpWriter, Merge, Record, made, post
+
+    class Num(float):  # marshal does not take it: the record goes to the journal as JSON text
+        pass
+
+    rng = random.Random(seed)
+    events = []
+    for i in range(600):
+        key = f"Functional.relu.{i % 97}.forward" + (".seen" if rng.random() < 0.3 else "")
+        pick = rng.random()
+        if pick < 0.2:
+            ev = (Construct, key, rng.choice([None, "Module.m.0.forward"]))
+        elif pick < 0.35:
+            ev = (Merge, key, {"output": [{"Norm": 1.5}]}, rng.choice([None, [(i, "unread")]]), rng.random() < 0.5)
+        elif pick < 0.45:
+            ev = (Record, key, {"output": [Num(0.5)]}, None)
+        else:
+            big = math.nan if rng.random() < 0.05 else rng.uniform(-9, 9)
+            ev = (Record, key, {"input_args": [{"Max": big}], "output": [i]},
+                  [(i, "unread")] if rng.random() < 0.1 else None)
+        events.append((ev, rng.random() < 0.2))
+
+    def run(how):
+        shutil.rmtree(tmp_path / "d", ignore_errors=True)
+        d = str(tmp_path / "d" / "step0" / "rank0")
+        w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
+        w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+        w.flight = Flight(4, 1, 1 << 20, 2.0, r"\.seen$", has_nonfinite)
+        return _handed(w, events, how)
+
+    fast = run(lambda w, ev: post(w, *ev))
+    csend, writer._csend = writer._csend, None
+    try:
+        slow = run(lambda w, ev: w.send(made(ev[0], ev[1:])))
+    finally:
+        writer._csend = csend
+    assert [repr(op) for op in fast[0]] == [repr(op) for op in slow[0]] and len(fast[0]) > len(events) // 2
+    assert fast[1] == slow[1] and sum(map(len, fast[1])) < len(events)  # a held step's unseen records stay out
+    assert fast[2] == slow[2] == sum(ev[0] is not Construct for ev, _ in events)
+
+
+def test_post_goes_through_another_send_and_keeps_errors(tmp_path, monkeypatch):
+    """post() sends through the writer's class's send where it is not DumpWriter's own (a subclass's, a diagnostic's
+    replacement), as itself; an error of the send's steps (a held step's trigger rule) reaches the caller with the
+    hand-off lock released, the record journaled once; a type that is not a tuple's is refused."""
+    from msprobe_inject.dumpformat import journal
+    from msprobe_inject.writer import DumpWriter, Merge, Record, post
+
+    seen = []
+
+    class Diag(DumpWriter):
+        def send(self, ev, push=False):
+            seen.append(ev)
+            super().send(ev, push)
+
+    d = str(tmp_path / "d" / "step0" / "rank0")
+    w = Diag(lambda pending: None, lambda t, p: None, keep_journal=True)
+    w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+    post(w, Merge, "k", {"output": [1]}, None, True)
+    assert seen[-1:] == [Merge("k", {"output": [1]}, None, True)] and type(seen[-1]) is Merge
+    w.close()
+
+    replaced = []
+    monkeypatch.setattr(DumpWriter, "send", lambda self, ev, push=False: replaced.append(ev))
+    w = DumpWriter(lambda pending: None, lambda t, p: None)
+    post(w, Record, "r", {"output": [2]}, None)
+    assert replaced == [Record("r", {"output": [2]}, None)]
+    monkeypatch.undo()
+    w.close()
+
+    d = str(tmp_path / "e" / "step0" / "rank0")
+    w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
+    w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "e")})
+
+    def broken(ev, t):
+        raise RuntimeError("trigger rule failed")
+
+    w._triggers_see, w._held = broken, True
+    with pytest.raises(RuntimeError, match="trigger rule failed"):
+        post(w, Record, "k", {"output": [1.5]}, None)
+    assert repr(w._blk).startswith("<unlocked") and w.records_sent == 1
+    w._held = False
+    post(w, Record, "j", {"output": [2.5]}, None)
+    with pytest.raises(TypeError):
+        post(w, dict, "x", 1)
+    with open(w._jf.path, "rb") as fh:
+        ops = [op[:2] for op in journal._ops(fh.read()) if op[0] != "open"]
+    assert ops == [("set", "k"), ("set", "j")]
+    w.close()
 
 
 @pytest.mark.parametrize("seed", range(3))

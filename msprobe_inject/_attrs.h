@@ -1,0 +1,123 @@
+/* An object's attribute read where it is found, without the attribute protocol's walk each time.
+ *
+ * PyObject_GetAttr on a plain Python object looks the name up along its type's MRO, then in the instance's dict:
+ * ~210 instructions, and a recorded call reads about 35 attributes of the recorder, its session, encoder and writer.
+ * Where a read found that the type uses the generic protocol and has no attribute of that name (the value is the
+ * instance dict's), or has a slot of that name (the value is at the slot's offset), a cache entry keeps that
+ * finding with the type's version tag, which the interpreter changes whenever the type or one of its bases changes
+ * (as its own attribute caches are kept). The next read of that name on an object of that type goes to the dict or
+ * the offset directly; a missing value, any other type, a changed type or a cache miss goes through the protocol.
+ * The answer is the protocol's in every case: a data descriptor (a property) is never cached, and a class attribute
+ * that appears later changes the version tag. */
+#ifndef MSPROBE_ATTRS_H
+#define MSPROBE_ATTRS_H
+
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+#define ATTRS_SIZE 128 /* a power of two */
+#define ATTRS_DICT (-1)
+#define ATTRS_PROTOCOL (-2)
+
+typedef struct {
+    PyTypeObject *type; /* not a reference: the tag says whether it is still the type seen (tags are not reused) */
+    unsigned int tag;
+    PyObject *name;     /* interned, held by the including module */
+    Py_ssize_t offset;  /* a slot's offset, ATTRS_DICT, or ATTRS_PROTOCOL (found where neither is known: asked as is) */
+} AttrsEntry;
+
+static AttrsEntry attrs_cache[ATTRS_SIZE];
+
+static inline AttrsEntry *
+attrs_entry(PyTypeObject *tp, PyObject *name)
+{
+    uintptr_t h = ((uintptr_t)tp >> 4) ^ ((uintptr_t)name >> 4) ^ ((uintptr_t)name >> 11);
+    return &attrs_cache[h & (ATTRS_SIZE - 1)];
+}
+
+/* the type's version tag where it is valid, else 0 */
+static inline unsigned int
+attrs_tag(PyTypeObject *tp)
+{
+#if PY_VERSION_HEX < 0x030B0000
+    /* before 3.11 an invalidated type keeps its old tag with the flag cleared */
+    if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+        return 0;
+#endif
+    return tp->tp_version_tag;
+}
+
+/* the protocol's read, and where its answer's place can be kept, the entry filled */
+static PyObject *
+attrs_slow(PyObject *o, PyObject *name, AttrsEntry *e)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL || !PyUnicode_CheckExact(name))
+        return v;
+    PyTypeObject *tp = Py_TYPE(o);
+    unsigned int tag = attrs_tag(tp);
+    if (tp->tp_getattro != PyObject_GenericGetAttr || tag == 0)
+        return v;
+    PyObject *d = _PyType_Lookup(tp, name); /* borrowed; the read above found the same */
+    Py_ssize_t offset = ATTRS_PROTOCOL;
+    if (d == NULL) {
+        /* a dict at a fixed offset alone: the interpreter's own (managed) dict of 3.11+, whose values it keeps
+         * inline until asked for the dict, is read through the protocol (the dict made would slow every later read
+         * of those objects' attributes from Python code) */
+        if (tp->tp_dictoffset > 0)
+            offset = ATTRS_DICT;
+    } else if (Py_TYPE(d) == &PyMemberDescr_Type && PyType_IsSubtype(tp, PyDescr_TYPE(d))
+               && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+        offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    if (attrs_tag(tp) != tag) /* the lookup itself may have run code that changed the type */
+        return v;
+    e->type = tp;
+    e->tag = tag;
+    e->name = name;
+    e->offset = offset;
+    return v;
+}
+
+/* a new reference to o.name, or NULL with the protocol's error */
+static inline PyObject *
+attrs_get(PyObject *o, PyObject *name)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    AttrsEntry *e = attrs_entry(tp, name);
+    if (e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0) {
+        PyObject *v = NULL;
+        if (e->offset == ATTRS_PROTOCOL)
+            return PyObject_GetAttr(o, name);
+        if (e->offset >= 0) {
+            v = *(PyObject **)((char *)o + e->offset);
+        } else {
+            PyObject **dp = _PyObject_GetDictPtr(o);
+            if (dp != NULL && *dp != NULL && PyDict_CheckExact(*dp)) {
+                v = PyDict_GetItemWithError(*dp, name);
+                if (v == NULL && PyErr_Occurred())
+                    return NULL;
+            }
+        }
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return attrs_slow(o, name, e);
+}
+
+/* an attribute's truth: 1, 0, or -1 with an error */
+static inline int
+attrs_true(PyObject *o, PyObject *name)
+{
+    PyObject *v = attrs_get(o, name);
+    if (v == NULL)
+        return -1;
+    int r = v == Py_True ? 1 : v == Py_False || v == Py_None ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+#endif

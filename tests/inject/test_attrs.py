@@ -1,0 +1,168 @@
+"""_attrs.h: an attribute read where an earlier read found it (a slot's offset), the protocol's answer in every case.
+
+Read through ``_apicall.attr``, the header's read as the recorded call's C uses it. Each case reads once (the cache
+entry filled), changes something, and reads again: the second answer must be ``getattr``'s."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+_apicall = pytest.importorskip("msprobe_inject.pytorch._apicall")
+attr = _apicall.attr
+
+
+def both(o, name):
+    """attr's answer and getattr's, or the exception type each raised."""
+    out = []
+    for read in (attr, getattr):
+        try:
+            out.append(read(o, name))
+        except AttributeError:
+            out.append(AttributeError)
+    return out
+
+
+def test_slot_read_follows_the_value():
+    class S:
+        __slots__ = ("a", "__dict__")
+
+    s = S()
+    s.a, s.b = 1, 2
+    for _ in range(3):
+        assert both(s, "a") == [1, 1] and both(s, "b") == [2, 2]
+    s.a, s.b = "x", "y"
+    assert both(s, "a") == ["x", "x"] and both(s, "b") == ["y", "y"]
+    del s.a
+    assert both(s, "a") == [AttributeError, AttributeError]
+    s.a = None
+    assert both(s, "a") == [None, None]
+
+
+def test_another_object_of_the_type():
+    class S:
+        __slots__ = ("a",)
+
+    one, two = S(), S()
+    one.a = 1
+    assert attr(one, "a") == 1
+    assert both(two, "a") == [AttributeError, AttributeError]
+    two.a = 2
+    assert both(two, "a") == [2, 2] and attr(one, "a") == 1
+
+
+def test_a_class_change_is_seen():
+    """A property put on the class over a slot it had read: the type's version tag changes, the read follows."""
+
+    class S:
+        __slots__ = ("a",)
+
+    s = S()
+    s.a = 1
+    assert attr(s, "a") == 1
+    slot = S.a
+    S.a = property(lambda self: "from the property")
+    assert both(s, "a") == ["from the property"] * 2
+    S.a = slot
+    assert both(s, "a") == [1, 1]
+
+
+def test_a_base_class_change_is_seen():
+    class Base:
+        __slots__ = ("a", "__dict__")
+
+    class Sub(Base):
+        pass
+
+    s = Sub()
+    s.a = 1
+    assert attr(s, "a") == 1
+    Base.a = property(lambda self: 2)
+    assert both(s, "a") == [2, 2]
+
+
+def test_a_subclass_property_wins():
+    class Base:
+        __slots__ = ("a",)
+
+    class Sub(Base):
+        @property
+        def a(self):
+            return "sub"
+
+    b, s = Base(), Sub()
+    b.a = "base"
+    for _ in range(2):
+        assert both(b, "a") == ["base"] * 2 and both(s, "a") == ["sub"] * 2
+
+
+def test_instance_dict_and_class_attributes():
+    """A plain instance's attributes (its dict, kept inline by the interpreter) and a class attribute: the protocol."""
+
+    class P:
+        c = "class"
+
+    p = P()
+    p.x = 1
+    assert both(p, "x") == [1, 1] and both(p, "c") == ["class"] * 2
+    p.c = "instance"
+    p.x = 2
+    assert both(p, "x") == [2, 2] and both(p, "c") == ["instance"] * 2
+    del p.c
+    assert both(p, "c") == ["class"] * 2
+    P.x = property(lambda self: "prop")
+    assert both(p, "x") == ["prop"] * 2
+
+
+def test_getattr_hooks_and_other_types():
+    class G:
+        __slots__ = ("a",)
+
+        def __getattr__(self, name):
+            return "hook:" + name
+
+    g = G()
+    assert both(g, "a") == ["hook:a"] * 2
+    g.a = 1
+    assert both(g, "a") == [1, 1]
+    assert both(3, "real") == [3, 3]
+    assert both(object(), "nope") == [AttributeError, AttributeError]
+
+
+def test_a_type_gone_and_another_at_its_address():
+    """Types made and freed in a loop: a new type may take a freed one's address; its tag is new, so no entry of the
+    old type answers for it (the old type's slot `a` at one offset, the new type's `b` first and `a` second)."""
+    for i in range(200):
+        if i % 2:
+            T = type("T", (), {"__slots__": ("a",)})
+        else:
+            T = type("T", (), {"__slots__": ("b", "a")})
+        t = T()
+        t.a = i
+        if not i % 2:
+            t.b = -i
+        assert attr(t, "a") == i
+        del T, t
+        gc.collect()
+
+
+def test_the_recorder_objects_keep_their_attributes_in_slots():
+    """The objects whose attributes the recorded call reads: those attributes are slots (read at their offsets),
+    everything else still settable."""
+    from msprobe_inject.entries import EncoderBase
+    from msprobe_inject.pytorch.apis import ApiHooks
+    from msprobe_inject.pytorch.encode import Encoder
+    from msprobe_inject.recorder import Recorder
+    from msprobe_inject.session import Filters, Session
+
+    for cls, names in ((Recorder, ("api_on", "session", "encoder", "writer", "fwd", "bwd", "inp", "outp", "extra",
+                                   "construct", "forked")),
+                       (Session, ("running", "ended", "filters", "api_counts", "ready_kind")), (Filters, ("active",)),
+                       (ApiHooks, ("rec", "_operators", "_sites", "_backward_c")), (EncoderBase, ("some_files",)),
+                       (Encoder, ("_ctx", "_entries", "_devices"))):
+        for n in names:
+            assert type(cls.__dict__[n]).__name__ == "member_descriptor", (cls, n)
+        o = cls.__new__(cls)
+        o.anything_else = 1
+        assert o.anything_else == 1
