@@ -7,8 +7,10 @@
  * finding with the type's version tag, which the interpreter changes whenever the type or one of its bases changes
  * (as its own attribute caches are kept). The next read of that name on an object of that type goes to the dict or
  * the offset directly; a missing value, any other type, a changed type or a cache miss goes through the protocol.
- * The answer is the protocol's in every case: a data descriptor (a property) is never cached, and a class attribute
- * that appears later changes the version tag. */
+ * The answer is the protocol's in every case: no descriptor but a slot's is cached (a property never), and a class
+ * attribute that appears later changes the version tag. Two entries per (type, name), the second its hash's
+ * neighbour: two of the few dozen pairs a call reads whose hashes meet take one each instead of evicting each other
+ * on every call. */
 #ifndef MSPROBE_ATTRS_H
 #define MSPROBE_ATTRS_H
 
@@ -16,12 +18,13 @@
 #include <structmember.h>
 #include <stdint.h>
 
-#define ATTRS_SIZE 128 /* a power of two */
+#define ATTRS_SIZE 256 /* a power of two */
 #define ATTRS_DICT (-1)
 #define ATTRS_PROTOCOL (-2)
 
 typedef struct {
-    PyTypeObject *type; /* not a reference: the tag says whether it is still the type seen (tags are not reused) */
+    PyTypeObject *type; /* not a reference, never read: the tag says whether a type at that address is the one seen
+                         * (tags are not reused; before 3.11 not before 2**32 of them) */
     unsigned int tag;
     PyObject *name;     /* interned, held by the including module */
     Py_ssize_t offset;  /* a slot's offset, ATTRS_DICT, or ATTRS_PROTOCOL (found where neither is known: asked as is) */
@@ -29,11 +32,11 @@ typedef struct {
 
 static AttrsEntry attrs_cache[ATTRS_SIZE];
 
-static inline AttrsEntry *
-attrs_entry(PyTypeObject *tp, PyObject *name)
+static inline size_t
+attrs_hash(PyTypeObject *tp, PyObject *name)
 {
     uintptr_t h = ((uintptr_t)tp >> 4) ^ ((uintptr_t)name >> 4) ^ ((uintptr_t)name >> 11);
-    return &attrs_cache[h & (ATTRS_SIZE - 1)];
+    return (size_t)(h & (ATTRS_SIZE - 1));
 }
 
 /* the type's version tag where it is valid, else 0 */
@@ -48,9 +51,10 @@ attrs_tag(PyTypeObject *tp)
     return tp->tp_version_tag;
 }
 
-/* the protocol's read, and where its answer's place can be kept, the entry filled */
+/* the protocol's read, and where its answer's place can be kept, an entry filled: the first of the pair unless it is
+ * another's and the second is free or this one's (an entry's type may be gone: it is compared, never read) */
 static PyObject *
-attrs_slow(PyObject *o, PyObject *name, AttrsEntry *e)
+attrs_slow(PyObject *o, PyObject *name, size_t h)
 {
     PyObject *v = PyObject_GetAttr(o, name);
     if (v == NULL || !PyUnicode_CheckExact(name))
@@ -73,6 +77,10 @@ attrs_slow(PyObject *o, PyObject *name, AttrsEntry *e)
     }
     if (attrs_tag(tp) != tag) /* the lookup itself may have run code that changed the type */
         return v;
+    AttrsEntry *e = &attrs_cache[h], *e2 = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
+    if (e->name != NULL && !(e->name == name && e->type == tp)
+        && (e2->name == NULL || (e2->name == name && e2->type == tp)))
+        e = e2;
     e->type = tp;
     e->tag = tag;
     e->name = name;
@@ -85,7 +93,10 @@ static inline PyObject *
 attrs_get(PyObject *o, PyObject *name)
 {
     PyTypeObject *tp = Py_TYPE(o);
-    AttrsEntry *e = attrs_entry(tp, name);
+    size_t h = attrs_hash(tp, name);
+    AttrsEntry *e = &attrs_cache[h];
+    if (e->name != name || e->type != tp)
+        e = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
     if (e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0) {
         PyObject *v = NULL;
         if (e->offset == ATTRS_PROTOCOL)
@@ -105,7 +116,7 @@ attrs_get(PyObject *o, PyObject *name)
             return v;
         }
     }
-    return attrs_slow(o, name, e);
+    return attrs_slow(o, name, h);
 }
 
 /* an attribute's truth: 1, 0, or -1 with an error */

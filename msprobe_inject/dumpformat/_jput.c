@@ -1164,10 +1164,11 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* post(writer, type, *fields) -> None: writer.send(made(type, fields)) in one call, the recorders' form of sending a
- * Record, Merge or Construct. The event is made as tuple.__new__ makes it (the type's allocator, then the fields);
- * where the writer's class has DumpWriter's own send (post_setup), its first step runs here (under the hand-off
- * lock, the common record journaled and handed off: jsend); what that declines, and a writer whose class has another
- * send (a subclass's, a diagnostic's), goes through writer.send. An error is the caller's, the lock released. */
+ * Record, Merge or Construct. The event is made as tuple.__new__ makes a named tuple (the type's allocator, then the
+ * fields); where the writer's class has DumpWriter's own send (post_setup; a send set on the writer object itself is
+ * not looked for), its first step runs here (under the hand-off lock, the common record journaled and handed off:
+ * jsend, whatever writer._csend is); what that declines, and a writer whose class has another send (a subclass's, a
+ * diagnostic's), goes through writer.send, which takes the lock again. An error is the caller's, the lock released. */
 static PyObject *F_wsend, *s_send;
 
 static PyObject *

@@ -5,8 +5,6 @@ entry filled), changes something, and reads again: the second answer must be ``g
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 
 _apicall = pytest.importorskip("msprobe_inject.pytorch._apicall")
@@ -115,6 +113,60 @@ def test_instance_dict_and_class_attributes():
     assert both(p, "x") == ["prop"] * 2
 
 
+def test_a_dict_at_a_fixed_offset():
+    """A function's attributes: its dict at a fixed offset (the type has no attribute of that name): read there."""
+
+    def f():
+        pass
+
+    def g():
+        pass
+
+    f.x, g.x = 1, 2
+    for _ in range(2):
+        assert both(f, "x") == [1, 1] and both(g, "x") == [2, 2]
+    f.x = "again"
+    del g.x
+    assert both(f, "x") == ["again"] * 2 and both(g, "x") == [AttributeError, AttributeError]
+    assert both(f, "__name__") == ["f", "f"]  # a getset descriptor of the type: the protocol
+
+
+def _in_a_child(code: str) -> None:
+    """code run in a fresh interpreter with attr and both: the tests that make and free many types run there (the
+    collector's state they leave changed the order of a later test's events in this process)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    head = ("from msprobe_inject.pytorch._apicall import attr\n"
+            "def both(o, name):\n"
+            "    out = []\n"
+            "    for read in (attr, getattr):\n"
+            "        try:\n"
+            "            out.append(read(o, name))\n"
+            "        except AttributeError:\n"
+            "            out.append(AttributeError)\n"
+            "    return out\n")
+    got = subprocess.run([sys.executable, "-c", head + textwrap.dedent(code)], capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stderr[-2000:]
+
+
+def test_many_pairs_at_once():
+    """Many (type, name) pairs read in turn, more than the cache holds: each answer still getattr's."""
+    _in_a_child("""
+        types = [type(f"T{i}", (), {"__slots__": ("a", "b", "c")}) for i in range(60)]
+        objs = []
+        for i, T in enumerate(types):
+            o = T()
+            o.a, o.b, o.c = i, -i, str(i)
+            objs.append(o)
+        for _ in range(3):
+            for i, o in enumerate(objs):
+                assert (attr(o, "a"), attr(o, "b"), attr(o, "c")) == (i, -i, str(i))
+    """)
+
+
 def test_getattr_hooks_and_other_types():
     class G:
         __slots__ = ("a",)
@@ -133,34 +185,39 @@ def test_getattr_hooks_and_other_types():
 def test_a_type_gone_and_another_at_its_address():
     """Types made and freed in a loop: a new type may take a freed one's address; its tag is new, so no entry of the
     old type answers for it (the old type's slot `a` at one offset, the new type's `b` first and `a` second)."""
-    for i in range(200):
-        if i % 2:
-            T = type("T", (), {"__slots__": ("a",)})
-        else:
-            T = type("T", (), {"__slots__": ("b", "a")})
-        t = T()
-        t.a = i
-        if not i % 2:
-            t.b = -i
-        assert attr(t, "a") == i
-        del T, t
-        gc.collect()
+    _in_a_child("""
+        import gc
+        for i in range(200):
+            if i % 2:
+                T = type("T", (), {"__slots__": ("a",)})
+            else:
+                T = type("T", (), {"__slots__": ("b", "a")})
+            t = T()
+            t.a = i
+            if not i % 2:
+                t.b = -i
+            assert attr(t, "a") == i
+            del T, t
+            gc.collect()
+    """)
 
 
 def test_the_recorder_objects_keep_their_attributes_in_slots():
     """The objects whose attributes the recorded call reads: those attributes are slots (read at their offsets),
     everything else still settable."""
     from msprobe_inject.entries import EncoderBase
-    from msprobe_inject.pytorch.apis import ApiHooks
+    from msprobe_inject.pytorch.apis import ApiHooks, DumpMode
     from msprobe_inject.pytorch.encode import Encoder
     from msprobe_inject.recorder import Recorder
     from msprobe_inject.session import Filters, Session
+    from msprobe_inject.writer import DumpWriter
 
     for cls, names in ((Recorder, ("api_on", "session", "encoder", "writer", "fwd", "bwd", "inp", "outp", "extra",
                                    "construct", "forked")),
                        (Session, ("running", "ended", "filters", "api_counts", "ready_kind")), (Filters, ("active",)),
                        (ApiHooks, ("rec", "_operators", "_sites", "_backward_c")), (EncoderBase, ("some_files",)),
-                       (Encoder, ("_ctx", "_entries", "_devices"))):
+                       (Encoder, ("_ctx", "_entries", "_devices")), (DumpMode, ("hooks", "known")),
+                       (DumpWriter, ("stopped", "_blk"))):
         for n in names:
             assert type(cls.__dict__[n]).__name__ == "member_descriptor", (cls, n)
         o = cls.__new__(cls)

@@ -690,7 +690,7 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
 def test_post_sends_what_send_of_the_made_event_does(tmp_path, seed):
     """writer.post(w, type, *fields), the recorders' way of sending (in C: journal._post), against
     w.send(made(type, fields)) in Python (the C send off): the same journal operations, the same events handed off
-    in the same batches, the same count; held steps, statistics still to read and records marshal does not take
+    in the same batches, the same count; held steps, NaNs, statistics still to read and records marshal does not take
     included."""
     import math
     import random
