@@ -131,40 +131,17 @@ def test_a_dict_at_a_fixed_offset():
     assert both(f, "__name__") == ["f", "f"]  # a getset descriptor of the type: the protocol
 
 
-def _in_a_child(code: str) -> None:
-    """code run in a fresh interpreter with attr and both: the tests that make and free many types run there (the
-    collector's state they leave changed the order of a later test's events in this process)."""
-    import subprocess
-    import sys
-    import textwrap
-
-    head = ("from msprobe_inject.pytorch._apicall import attr\n"
-            "def both(o, name):\n"
-            "    out = []\n"
-            "    for read in (attr, getattr):\n"
-            "        try:\n"
-            "            out.append(read(o, name))\n"
-            "        except AttributeError:\n"
-            "            out.append(AttributeError)\n"
-            "    return out\n")
-    got = subprocess.run([sys.executable, "-c", head + textwrap.dedent(code)], capture_output=True, text=True,
-                         timeout=120)
-    assert got.returncode == 0, got.stderr[-2000:]
-
-
 def test_many_pairs_at_once():
     """Many (type, name) pairs read in turn, more than the cache holds: each answer still getattr's."""
-    _in_a_child("""
-        types = [type(f"T{i}", (), {"__slots__": ("a", "b", "c")}) for i in range(60)]
-        objs = []
-        for i, T in enumerate(types):
-            o = T()
-            o.a, o.b, o.c = i, -i, str(i)
-            objs.append(o)
-        for _ in range(3):
-            for i, o in enumerate(objs):
-                assert (attr(o, "a"), attr(o, "b"), attr(o, "c")) == (i, -i, str(i))
-    """)
+    types = [type(f"T{i}", (), {"__slots__": ("a", "b", "c")}) for i in range(60)]
+    objs = []
+    for i, T in enumerate(types):
+        o = T()
+        o.a, o.b, o.c = i, -i, str(i)
+        objs.append(o)
+    for _ in range(3):
+        for i, o in enumerate(objs):
+            assert (attr(o, "a"), attr(o, "b"), attr(o, "c")) == (i, -i, str(i))
 
 
 def test_getattr_hooks_and_other_types():
@@ -185,21 +162,19 @@ def test_getattr_hooks_and_other_types():
 def test_a_type_gone_and_another_at_its_address():
     """Types made and freed in a loop: a new type may take a freed one's address; its tag is new, so no entry of the
     old type answers for it (the old type's slot `a` at one offset, the new type's `b` first and `a` second)."""
-    _in_a_child("""
-        import gc
-        for i in range(200):
-            if i % 2:
-                T = type("T", (), {"__slots__": ("a",)})
-            else:
-                T = type("T", (), {"__slots__": ("b", "a")})
-            t = T()
-            t.a = i
-            if not i % 2:
-                t.b = -i
-            assert attr(t, "a") == i
-            del T, t
-            gc.collect()
-    """)
+    import gc
+    for i in range(200):
+        if i % 2:
+            T = type("T", (), {"__slots__": ("a",)})
+        else:
+            T = type("T", (), {"__slots__": ("b", "a")})
+        t = T()
+        t.a = i
+        if not i % 2:
+            t.b = -i
+        assert attr(t, "a") == i
+        del T, t
+        gc.collect()
 
 
 def test_the_recorder_objects_keep_their_attributes_in_slots():

@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import threading
+import time
 
 import pytest
 from util import PREAMBLE, clean_env, leaves, load_dump, rank_dir, run_config, run_py, write_config
@@ -576,21 +577,48 @@ class _Collecting(queue.Queue):
         self.into.append(item)
 
 
-def _handed(w, items, send) -> tuple:
+def _collect(w, batches: list):
+    """w's hand-offs kept in batches, its thread left nothing: the writer's queue, and the buffer its thread takes
+    after 50 ms idle (a slow moment of this process would otherwise hand part of a run to the thread, which
+    journals again the records it reads); the queue it had."""
+    had = w._q
+    w._q = _Collecting(batches)
+    w._take_buffer = list
+    return had
+
+
+def _release(w, had) -> None:
+    del w._take_buffer
+    w._held, w._q, w._buf = False, had, []
+
+
+def _pause() -> None:
+    """Longer than the writer thread's idle drain (writer._DRAIN_S): one of two runs compared pauses midway, where
+    a thread that took the buffer would take a part the other run hands off."""
+    from msprobe_inject import writer
+
+    time.sleep(writer._DRAIN_S * 3)
+
+
+def _handed(w, items, send, pause: bool = False) -> tuple:
     """send(w, event) for each (event, held) of items, the writer's step held or not as each says, its hand-offs
-    collected: the journal's operations, the batches handed off (Open left out), the records counted. w is closed."""
+    collected: the journal's operations, the batches handed off (Open left out), the records counted. w is closed.
+    pause: _pause() halfway through."""
     from msprobe_inject.dumpformat import journal
     from msprobe_inject.writer import Open
 
-    queue, batches = w._q, []
-    w._q = _Collecting(batches)
-    for ev, held in items:
+    batches: list = []
+    had = _collect(w, batches)
+    for n, (ev, held) in enumerate(items):
         w._held = held
         send(w, ev)
+        if pause and n == len(items) // 2:
+            _pause()
     batches.append(list(w._buf))
     with open(w._jf.path, "rb") as fh:
         ops = list(journal._ops(fh.read()))
-    w._held, w._q, w._buf, w.flight = False, queue, [], None
+    _release(w, had)
+    w.flight = None
     w.close()
     handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
     return ops, handed, w.records_sent
@@ -661,17 +689,17 @@ def test_the_c_send_journals_and_hands_off_what_the_python_send_does(tmp_path, m
     taken: list = []
     counted = _counting(writer._csend, taken)
 
-    def run(name):  # both in one directory: the journal's header names it
+    def run(name, pause=False):  # both in one directory: the journal's header names it
         shutil.rmtree(tmp_path / "d", ignore_errors=True)
         d = str(tmp_path / "d" / "step0" / "rank0")
         w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
         w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
         # what the triggers look at: a NaN anywhere in the record, and the records the spike rule follows
         w.flight = Flight(4, 1, 1 << 20, 2.0 if spike else 0.0, r"\.seen$", has_nonfinite)
-        return _handed(w, [((ev, push), held) for ev, push, held in events], lambda w, ev: w.send(*ev))
+        return _handed(w, [((ev, push), held) for ev, push, held in events], lambda w, ev: w.send(*ev), pause)
 
     monkeypatch.setattr(writer, "_csend", counted)
-    fast = run("c")
+    fast = run("c", pause=True)
     monkeypatch.setattr(writer, "_csend", None)
     slow = run("py")
     assert taken.count(True) > len(events) // 2 and taken.count(False) > 50
@@ -721,15 +749,15 @@ def test_post_sends_what_send_of_the_made_event_does(tmp_path, seed):
                   [(i, "unread")] if rng.random() < 0.1 else None)
         events.append((ev, rng.random() < 0.2))
 
-    def run(how):
+    def run(how, pause=False):
         shutil.rmtree(tmp_path / "d", ignore_errors=True)
         d = str(tmp_path / "d" / "step0" / "rank0")
         w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
         w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
         w.flight = Flight(4, 1, 1 << 20, 2.0, r"\.seen$", has_nonfinite)
-        return _handed(w, events, how)
+        return _handed(w, events, how, pause)
 
-    fast = run(lambda w, ev: post(w, *ev))
+    fast = run(lambda w, ev: post(w, *ev), pause=True)
     csend, writer._csend = writer._csend, None
     try:
         slow = run(lambda w, ev: w.send(made(ev[0], ev[1:])))
@@ -829,14 +857,14 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
     def site2(w, key):
         site0(w, key)
 
-    def run():
+    def run(pause=False):
         shutil.rmtree(tmp_path / "d", ignore_errors=True)
         d = str(tmp_path / "d" / "step0" / "rank0")
         w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True, resolve_host=lambda pending: pending)
         w._triggers_see = lambda ev, t: ev.key.endswith("0.forward")
         w.open_step(d, {"task": "statistics", "level": "L1", "dump_data_dir": None, "_root": str(tmp_path / "d")})
-        queue, batches = w._q, []
-        w._q = _Collecting(batches)
+        batches: list = []
+        had = _collect(w, batches)
         ops = []
         for part in range(2):  # a step with a journal, then the same calls with none (a dump not yet open)
             if part == 1:
@@ -846,6 +874,8 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
             for i, (is_stack, site, held, push) in enumerate(events):
                 w._held = held and part == 0
                 key = f"Torch.relu.{i}.forward"
+                if pause and part == 0 and i == len(events) // 2:
+                    _pause()
                 if is_stack:
                     (site0, site1, site2)[site](w, key)
                 else:
@@ -856,7 +886,7 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
         other.start()
         other.join()
         assert free == [True]
-        w._held, w._q, w._buf = False, queue, []
+        _release(w, had)
         w.close()
         ids: dict = {}  # stack ids are never reused in a process: numbered by first appearance
         ops = [(op[0], ids.setdefault(op[1], len(ids)), op[2]) if op[0] == "stackdef" else
@@ -872,12 +902,13 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
             via_at.append(None)
             way = journal._stack
         monkeypatch.setattr(writer, "_cstack", way)
-        got.append(run())
+        got.append(run(pause=not got))  # the first run pauses: the others are compared to it
     fast, slow = got[:2]
     assert taken == [True] * sum(e[0] for e in events) * 2  # a first sight too, once the Python has formatted it
     if len(got) == 3:  # each stack's first sight in stack() (it formats it), every later one in stack_at alone
         assert via_at[1:].count(False) == 3 and len(via_at) == 1 + sum(e[0] for e in events) * 2
-        assert repr(got[2]) == repr(fast)
+        same = repr(got[2]) == repr(fast)  # not compared in the assert: pytest's diff of the two takes minutes
+        assert same, "stack_at's journal or hand-offs differ from the C stack's"
     assert [op[0] for op in fast[0]].count("stackdef") == 3
     differ = [(i, a, b) for i, (a, b) in enumerate(zip(fast[0], slow[0])) if repr(a) != repr(b)]
     assert not differ and len(fast[0]) == len(slow[0]) > len(events) // 2, differ[:1]
