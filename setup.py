@@ -79,7 +79,7 @@ FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"],
                     depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
 # the journal's append in one call (the training thread journals every record)
 JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"],
-                 depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
+                 depends=["msprobe_inject/dumpformat/_entry.h", "msprobe_inject/_attrs.h"], optional=True)
 # each record body's JSON text into one buffer (the writer thread encodes every record)
 JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"],
                  depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)

@@ -28,6 +28,7 @@ typedef struct {
     unsigned int tag;
     PyObject *name;     /* interned, held by the including module */
     Py_ssize_t offset;  /* a slot's offset, ATTRS_DICT, or ATTRS_PROTOCOL (found where neither is known: asked as is) */
+    int settable;       /* a slot the protocol's set stores at its offset (no READONLY flag) */
 } AttrsEntry;
 
 static AttrsEntry attrs_cache[ATTRS_SIZE];
@@ -65,6 +66,7 @@ attrs_slow(PyObject *o, PyObject *name, size_t h)
         return v;
     PyObject *d = _PyType_Lookup(tp, name); /* borrowed; the read above found the same */
     Py_ssize_t offset = ATTRS_PROTOCOL;
+    int settable = 0;
     if (d == NULL) {
         /* a dict at a fixed offset alone: the interpreter's own (managed) dict of 3.11+, whose values it keeps
          * inline until asked for the dict, is read through the protocol (the dict made would slow every later read
@@ -74,6 +76,7 @@ attrs_slow(PyObject *o, PyObject *name, size_t h)
     } else if (Py_TYPE(d) == &PyMemberDescr_Type && PyType_IsSubtype(tp, PyDescr_TYPE(d))
                && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
         offset = ((PyMemberDescrObject *)d)->d_member->offset;
+        settable = ((PyMemberDescrObject *)d)->d_member->flags == 0;
     }
     if (attrs_tag(tp) != tag) /* the lookup itself may have run code that changed the type */
         return v;
@@ -85,6 +88,7 @@ attrs_slow(PyObject *o, PyObject *name, size_t h)
     e->tag = tag;
     e->name = name;
     e->offset = offset;
+    e->settable = settable;
     return v;
 }
 
@@ -117,6 +121,29 @@ attrs_get(PyObject *o, PyObject *name)
         }
     }
     return attrs_slow(o, name, h);
+}
+
+/* o.name = v: stored at the slot's offset where a read of that name on that type found a settable slot (what the
+ * protocol's set does there: the member descriptor's store), else through the protocol; 0, or -1 with its error.
+ * The value replaced is released last: its finaliser may run code that reads the slot. */
+static inline int
+attrs_set(PyObject *o, PyObject *name, PyObject *v)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    size_t h = attrs_hash(tp, name);
+    AttrsEntry *e = &attrs_cache[h];
+    if (e->name != name || e->type != tp)
+        e = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
+    if (e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0 && e->offset >= 0
+        && e->settable && tp->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject **at = (PyObject **)((char *)o + e->offset);
+        PyObject *old = *at;
+        Py_INCREF(v);
+        *at = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(o, name, v);
 }
 
 /* an attribute's truth: 1, 0, or -1 with an error */

@@ -224,8 +224,8 @@ class _OpenStep:
 class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
-    # what the journal's C calls read and set for every record (journal._slots_setup below), and `stopped`, which a
-    # recorded call's C reads (_apicall.c, at its slot's offset: _attrs.h); the rest in __dict__
+    # what the journal's C calls read and set for every record, and `stopped`, which a recorded call's C reads: both
+    # read and set at their slots' offsets (_attrs.h); the rest in __dict__
     __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "stopped", "__dict__",
                  "__weakref__")
 
@@ -1029,9 +1029,6 @@ def _rank_of(directory: str) -> Optional[int]:
 
 
 _FATAL_ERRNO = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
-
-if journal._slots_setup is not None:  # the C send's and stack's reads of the writer, at its slots
-    journal._slots_setup(DumpWriter, ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks"))
 
 
 # writer.send(made(t, fields)): how the recorders send a Record, Merge or Construct. In one C call where the journal's

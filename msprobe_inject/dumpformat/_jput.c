@@ -22,57 +22,13 @@
 #include <stdint.h>
 
 #include "_entry.h"
+#include "../_attrs.h"
 
 static PyObject *s_mm, *s_pos, *s_busy, *V_one;
 #define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
 
-/* ---- the writer's and the journal's attributes read where their slots are ----
- * Each C call reads and sets about a dozen attributes of the writer and its journal (a type lookup and a dict or
- * descriptor call each, ~200 instructions); where slots_setup found an attribute to be a slot of the object's exact
- * type, it is read and set at its offset. Any other object, or an empty slot, goes through the attribute protocol. */
-#define SLOTS_MAX 64
-static struct {
-    PyTypeObject *type;
-    PyObject *name;  /* interned */
-    Py_ssize_t offset;
-} slots[SLOTS_MAX];
-static int nslots;
-
-static Py_ssize_t
-slot_at(PyObject *o, PyObject *name)
-{
-    PyTypeObject *tp = Py_TYPE(o);
-    for (int i = 0; i < nslots; i++)
-        if (slots[i].name == name && slots[i].type == tp)
-            return slots[i].offset;
-    return -1;
-}
-
-/* a new reference to o.name, or NULL with the attribute protocol's error */
-static PyObject *
-attr_get(PyObject *o, PyObject *name)
-{
-    Py_ssize_t off = slot_at(o, name);
-    if (off >= 0) {
-        PyObject *v = *(PyObject **)((char *)o + off);
-        if (v != NULL)
-            return NEW_REF(v);
-    }
-    return PyObject_GetAttr(o, name);
-}
-
-static int
-attr_set(PyObject *o, PyObject *name, PyObject *v)
-{
-    Py_ssize_t off = slot_at(o, name);
-    if (off < 0)
-        return PyObject_SetAttr(o, name, v);
-    PyObject **at = (PyObject **)((char *)o + off);
-    PyObject *old = *at;
-    *at = NEW_REF(v);
-    Py_XDECREF(old);  /* last: its finaliser may run code that reads the slot */
-    return 0;
-}
+/* The writer's and the journal's attributes (about a dozen read and set per C call) are read and set where a read
+ * found them: at a slot's offset (../_attrs.h); any other place through the attribute protocol. */
 
 static void
 put_len(char *dst, uint32_t n)
@@ -499,7 +455,7 @@ put_frames(PyObject *jf, PyObject *const *pre, Py_ssize_t npre, PyObject *op)
     PyObject *m = NULL;  /* op in marshal's own format, where w_obj left it to marshal */
     int result = 0;
 again:;
-    PyObject *busy = attr_get(jf, s_busy);
+    PyObject *busy = attrs_get(jf, s_busy);
     if (busy == NULL) {
         result = -1;
         goto out;
@@ -508,7 +464,7 @@ again:;
     Py_DECREF(busy);
     if (is_busy != 0)
         goto out;  /* the Python path holds the journal (growing it): it decides */
-    PyObject *mm = attr_get(jf, s_mm);
+    PyObject *mm = attrs_get(jf, s_mm);
     if (mm == NULL) {
         result = -1;
         goto out;
@@ -519,7 +475,7 @@ again:;
         goto out;  /* closed, or failed */
     }
     Py_DECREF(mm);
-    PyObject *pos_o = attr_get(jf, s_pos);
+    PyObject *pos_o = attrs_get(jf, s_pos);
     Py_ssize_t pos = pos_o ? PyLong_AsSsize_t(pos_o) : -1;
     Py_XDECREF(pos_o);
     Py_ssize_t nm = m != NULL ? PyBytes_GET_SIZE(m) : 0;
@@ -592,7 +548,7 @@ again:;
     memcpy(dst, first, 4);
     PyBuffer_Release(&view);
     /* an int attribute's store: fails only out of memory, the frames written (a crash then replays them) */
-    result = attr_set(jf, s_pos, end_o) < 0 ? -1 : 1;
+    result = attrs_set(jf, s_pos, end_o) < 0 ? -1 : 1;
     Py_DECREF(end_o);
 out:
     Py_XDECREF(m);
@@ -799,7 +755,7 @@ jsend_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static int
 hand_off(PyObject *w, PyObject *ev, PyObject *push)
 {
-    PyObject *buf = attr_get(w, s_buf);
+    PyObject *buf = attrs_get(w, s_buf);
     if (buf == NULL)
         return -1;
     int rc = -1;
@@ -816,11 +772,11 @@ hand_off(PyObject *w, PyObject *ev, PyObject *push)
         PyObject *fresh = PyList_New(0);
         if (fresh == NULL)
             goto out;
-        int set = attr_set(w, s_buf, fresh);
+        int set = attrs_set(w, s_buf, fresh);
         Py_DECREF(fresh);
         if (set < 0)
             goto out;
-        PyObject *q = attr_get(w, s_q);
+        PyObject *q = attrs_get(w, s_q);
         if (q == NULL)
             goto out;
         PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
@@ -850,7 +806,7 @@ drop_items(PyObject **items, PyObject **local, Py_ssize_t n)
 static int
 held_step(PyObject *w)
 {
-    PyObject *held = attr_get(w, s_held);
+    PyObject *held = attrs_get(w, s_held);
     if (held == NULL)
         return -1;
     int is_held = PyObject_IsTrue(held);
@@ -879,10 +835,10 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *local[16], **items = NULL;
     Py_ssize_t npre = 0;
     int rc, swapped = 0;
-    jf = attr_get(w, s_jf);
+    jf = attrs_get(w, s_jf);
     if (jf == NULL || jf == Py_None)
         goto decline;
-    jbuf = attr_get(w, s_jbuf);
+    jbuf = attrs_get(w, s_jbuf);
     if (jbuf == NULL || !PyList_CheckExact(jbuf))
         goto decline;
     if (is_construct) {  /* goes with the next record: that of this module's call or of one inside it */
@@ -920,8 +876,8 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (fresh == NULL)
             goto decline;
         Py_DECREF(jbuf);
-        jbuf = attr_get(w, s_jbuf);  /* again: the allocation may have run Python code */
-        if (jbuf == NULL || !PyList_CheckExact(jbuf) || attr_set(w, s_jbuf, fresh) < 0) {
+        jbuf = attrs_get(w, s_jbuf);  /* again: the allocation may have run Python code */
+        if (jbuf == NULL || !PyList_CheckExact(jbuf) || attrs_set(w, s_jbuf, fresh) < 0) {
             Py_DECREF(fresh);
             goto decline;
         }
@@ -940,14 +896,14 @@ jsend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (rc <= 0)
         goto put_back;
     /* journaled: from here on the record is sent, and an error is the caller's */
-    PyObject *sent = attr_get(w, s_sent);
+    PyObject *sent = attrs_get(w, s_sent);
     if (sent == NULL)
         goto done;
     PyObject *more = PyNumber_Add(sent, V_one);
     Py_DECREF(sent);
     if (more == NULL)
         goto done;
-    rc = attr_set(w, s_sent, more);
+    rc = attrs_set(w, s_sent, more);
     Py_DECREF(more);
     if (rc < 0)
         goto done;
@@ -981,11 +937,11 @@ put_back:  /* declined after the swap: the taken frames go back in front of the 
     items = NULL;
     PyErr_Clear();
     if (swapped) {
-        PyObject *now = attr_get(w, s_jbuf);
+        PyObject *now = attrs_get(w, s_jbuf);
         if (now == NULL || !PyList_CheckExact(now) || PyList_SetSlice(now, 0, 0, jbuf) < 0) {
             Py_XDECREF(now);
             PyErr_Clear();
-            if (attr_set(w, s_jbuf, jbuf) < 0)  /* the taken frames alone rather than none */
+            if (attrs_set(w, s_jbuf, jbuf) < 0)  /* the taken frames alone rather than none */
                 PyErr_Clear();
         } else {
             Py_DECREF(now);
@@ -998,6 +954,19 @@ decline:
     Py_XDECREF(op);
     Py_XDECREF(fr);
     Py_RETURN_FALSE;
+}
+
+/* an event as made(type, items) makes it: the named tuple's instance by the type's allocator, without its Python
+ * __new__ (a frame) */
+static PyObject *
+made_event(PyTypeObject *tp, PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *ev = tp->tp_alloc(tp, n);
+    if (ev == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(ev, i, NEW_REF(items[i]));
+    return ev;
 }
 
 /* stack(writer, key, known) -> bool: DumpWriter.stack's tail for a call whose stack is known (known: its (id, text,
@@ -1016,11 +985,11 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (T_stack == NULL || !PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) < 2)
         Py_RETURN_FALSE;
     PyObject *sid = PyTuple_GET_ITEM(known, 0), *text = PyTuple_GET_ITEM(known, 1);
-    PyObject *jf = attr_get(w, s_jf);
+    PyObject *jf = attrs_get(w, s_jf);
     if (jf == NULL)
         return NULL;
     if (jf != Py_None) {
-        PyObject *stacks = attr_get(jf, s_stacks), *jbuf = attr_get(w, s_jbuf);
+        PyObject *stacks = attrs_get(jf, s_stacks), *jbuf = attrs_get(w, s_jbuf);
         PyObject *op = NULL, *def = NULL, *use = NULL;
         int has = -1, rc = -1;
         Py_DECREF(jf);
@@ -1055,12 +1024,10 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     } else {
         Py_DECREF(jf);
     }
-    /* the event, as made(Stack, (key, text)) builds it: the named tuple's instance without its Python __new__ */
-    PyObject *ev = ((PyTypeObject *)T_stack)->tp_alloc((PyTypeObject *)T_stack, 2);
+    PyObject *items[2] = {key, text};
+    PyObject *ev = made_event((PyTypeObject *)T_stack, items, 2);
     if (ev == NULL)
         return NULL;
-    PyTuple_SET_ITEM(ev, 0, NEW_REF(key));
-    PyTuple_SET_ITEM(ev, 1, NEW_REF(text));
     int rc = hand_off(w, ev, Py_False);
     Py_DECREF(ev);
     if (rc < 0)
@@ -1105,6 +1072,20 @@ release_keeping(PyObject *lock)
     return 0;
 }
 
+/* the writer's hand-off lock (w._blk) acquired: a new reference to it, for release_keeping; NULL with the error */
+static PyObject *
+acquire_blk(PyObject *w)
+{
+    PyObject *lock = attrs_get(w, s_blk);
+    PyObject *got = lock == NULL ? NULL : PyObject_CallMethodNoArgs(lock, s_acquire);
+    if (got == NULL) {
+        Py_XDECREF(lock);
+        return NULL;
+    }
+    Py_DECREF(got);
+    return lock;
+}
+
 static PyObject *
 jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1134,14 +1115,12 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(f);
     if (sig == NULL)
         return NULL;
-    PyObject *lock = attr_get(w, s_blk), *got = NULL, *stacks = NULL, *known = NULL, *res = NULL;
-    if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
-        Py_XDECREF(lock);
+    PyObject *lock = acquire_blk(w), *stacks = NULL, *known = NULL, *res = NULL;
+    if (lock == NULL) {
         Py_DECREF(sig);
         return NULL;
     }
-    Py_DECREF(got);
-    if ((stacks = attr_get(w, s_wstacks)) != NULL) {
+    if ((stacks = attrs_get(w, s_wstacks)) != NULL) {
         if (!PyDict_CheckExact(stacks)) {
             res = NEW_REF(Py_False);
         } else if ((known = PyDict_GetItemWithError(stacks, sig)) != NULL) {
@@ -1179,21 +1158,16 @@ jpost(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *w = args[0];
-    PyTypeObject *tp = (PyTypeObject *)args[1];
-    PyObject *ev = tp->tp_alloc(tp, nargs - 2);
+    PyObject *ev = made_event((PyTypeObject *)args[1], args + 2, nargs - 2);
     if (ev == NULL)
         return NULL;
-    for (Py_ssize_t i = 2; i < nargs; i++)
-        PyTuple_SET_ITEM(ev, i - 2, NEW_REF(args[i]));
     int taken = 0;
     if (F_wsend != NULL && _PyType_Lookup(Py_TYPE(w), s_send) == F_wsend) {
-        PyObject *lock = attr_get(w, s_blk), *got = NULL;
-        if (lock == NULL || (got = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
-            Py_XDECREF(lock);
+        PyObject *lock = acquire_blk(w);
+        if (lock == NULL) {
             Py_DECREF(ev);
             return NULL;
         }
-        Py_DECREF(got);
         PyObject *a[3] = {w, ev, Py_False};
         PyObject *r = jsend(self, a, 3);
         taken = r == NULL ? -1 : r == Py_True;
@@ -1228,59 +1202,6 @@ jstack_setup(PyObject *self, PyObject *sig)
     return set_callable(&F_sig, sig, "stack_setup(sig)");
 }
 
-/* slots_setup(type, names): the names among those that are slots of type (its own member descriptors of object
- * references), read and set at their offsets from then on for objects of exactly that type; the count found */
-static PyObject *
-jslots_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "slots_setup(type, names)");
-        return NULL;
-    }
-    PyTypeObject *tp = (PyTypeObject *)args[0];
-    long found = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[1]); i++) {
-        PyObject *name = PyTuple_GET_ITEM(args[1], i);
-        if (!PyUnicode_CheckExact(name)) {
-            PyErr_SetString(PyExc_TypeError, "slots_setup: names are str");
-            return NULL;
-        }
-        PyObject *d = PyObject_GetAttr((PyObject *)tp, name);
-        if (d == NULL) {
-            PyErr_Clear();
-            continue;
-        }
-        /* the type's own layout's (a descriptor of another class found on it would point outside its objects) */
-        int ok = Py_TYPE(d) == &PyMemberDescr_Type && PyType_IsSubtype(tp, PyDescr_TYPE(d))
-                 && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
-                 && ((PyMemberDescrObject *)d)->d_member->flags == 0;
-        Py_ssize_t off = ok ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
-        Py_DECREF(d);
-        if (!ok)
-            continue;
-        Py_INCREF(name);
-        PyUnicode_InternInPlace(&name);
-        int j = 0;
-        while (j < nslots && !(slots[j].type == tp && slots[j].name == name))
-            j++;
-        if (j == nslots) {
-            if (nslots == SLOTS_MAX) {
-                Py_DECREF(name);
-                break;
-            }
-            Py_INCREF(tp);
-            slots[nslots].type = tp;
-            slots[nslots].name = name;
-            nslots++;
-        } else {
-            Py_DECREF(name);
-        }
-        slots[j].offset = off;
-        found++;
-    }
-    return PyLong_FromLong(found);
-}
-
 static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
@@ -1290,8 +1211,6 @@ static PyMethodDef methods[] = {
     {"send_setup", (PyCFunction)(void (*)(void))jsend_setup, METH_FASTCALL,
      "send_setup(Record, Merge, Construct, untrack, batch[, Stack]): the writer's event types, untrack and batch size "
      "for send and stack."},
-    {"slots_setup", (PyCFunction)(void (*)(void))jslots_setup, METH_FASTCALL,
-     "slots_setup(type, names) -> int: which of the names the C calls read at their slot's offset in type's objects."},
     {"stack", (PyCFunction)(void (*)(void))jstack, METH_FASTCALL,
      "stack(writer, key, known) -> bool: DumpWriter.stack's tail for a known stack (see the comment above jstack)."},
     {"stack_at", (PyCFunction)(void (*)(void))jstack_at, METH_FASTCALL,

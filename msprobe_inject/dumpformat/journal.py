@@ -49,7 +49,6 @@ _stack = getattr(_jput, "stack", None)  # a writer's stack tail for a known stac
 _stack_at = getattr(_jput, "stack_at", None)  # a writer's stack() for a known stack, in one call from the recording
 _stack_setup = getattr(_jput, "stack_setup", None)
 _see_setup = getattr(_jput, "see_setup", None)  # the C walk send asks of a held step's records (nonfinite.c_walk)
-_slots_setup = getattr(_jput, "slots_setup", None)  # which attributes those calls read at their slots' offsets
 _post = getattr(_jput, "post", None)  # writer.send(made(type, fields)) in one call, DumpWriter.send's first step
 _post_setup = getattr(_jput, "post_setup", None)  # given DumpWriter.send
 
@@ -270,10 +269,6 @@ class JournalFile:
                 os.unlink(self.path)
         except OSError:
             pass
-
-
-if _slots_setup is not None:  # put_frames' reads of a journal's state, at its slots
-    _slots_setup(JournalFile, ("busy", "mm", "pos", "stacks"))
 
 
 # ---- reading ----
