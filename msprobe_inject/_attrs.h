@@ -1,4 +1,4 @@
-/* An object's attribute read where it is found, without the attribute protocol's walk each time.
+/* An object's attribute read (and set) where it is found, without the attribute protocol's walk each time.
  *
  * PyObject_GetAttr on a plain Python object looks the name up along its type's MRO, then in the instance's dict:
  * ~210 instructions, and a recorded call reads about 35 attributes of the recorder, its session, encoder and writer.
@@ -10,7 +10,8 @@
  * The answer is the protocol's in every case: no descriptor but a slot's is cached (a property never), and a class
  * attribute that appears later changes the version tag. Two entries per (type, name), the second its hash's
  * neighbour: two of the few dozen pairs a call reads whose hashes meet take one each instead of evicting each other
- * on every call. */
+ * on every call. A set (attrs_set) uses an entry a read filled: a slot's store at its offset where the type's
+ * __setattr__ is the generic one and the slot has no flags, as the protocol's set would store there. */
 #ifndef MSPROBE_ATTRS_H
 #define MSPROBE_ATTRS_H
 
@@ -28,7 +29,7 @@ typedef struct {
     unsigned int tag;
     PyObject *name;     /* interned, held by the including module */
     Py_ssize_t offset;  /* a slot's offset, ATTRS_DICT, or ATTRS_PROTOCOL (found where neither is known: asked as is) */
-    int settable;       /* a slot the protocol's set stores at its offset (no READONLY flag) */
+    int settable;       /* a slot the protocol's set stores at its offset (its member has no flags) */
 } AttrsEntry;
 
 static AttrsEntry attrs_cache[ATTRS_SIZE];
@@ -123,12 +124,15 @@ attrs_get(PyObject *o, PyObject *name)
     return attrs_slow(o, name, h);
 }
 
-/* o.name = v: stored at the slot's offset where a read of that name on that type found a settable slot (what the
- * protocol's set does there: the member descriptor's store), else through the protocol; 0, or -1 with its error.
- * The value replaced is released last: its finaliser may run code that reads the slot. */
+/* o.name = v: stored at the slot's offset where a read of that name on that type found a settable slot and the
+ * type's __setattr__ is the generic one (what the protocol's set does there: the member descriptor's store), else
+ * through the protocol (v NULL: a delete, the protocol's); 0, or -1 with its error. The value replaced is released
+ * last: its finaliser may run code that reads the slot. */
 static inline int
 attrs_set(PyObject *o, PyObject *name, PyObject *v)
 {
+    if (v == NULL)
+        return PyObject_SetAttr(o, name, NULL);
     PyTypeObject *tp = Py_TYPE(o);
     size_t h = attrs_hash(tp, name);
     AttrsEntry *e = &attrs_cache[h];

@@ -224,8 +224,8 @@ class _OpenStep:
 class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
-    # what the journal's C calls read and set for every record, and `stopped`, which a recorded call's C reads: both
-    # read and set at their slots' offsets (_attrs.h); the rest in __dict__
+    # what the journal's C calls read for every record (and set: _jbuf, _buf, records_sent), and `stopped`, which a
+    # recorded call's C reads: at their slots' offsets (_attrs.h); the rest in __dict__
     __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "stopped", "__dict__",
                  "__weakref__")
 

@@ -843,6 +843,23 @@ apicall_setup(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* name interned and kept for the process: a cache entry points to its name (a freed name's address reused by another
+ * would find the entry); a new reference, or NULL with an error */
+static PyObject *
+held_name(PyObject *name)
+{
+    static PyObject *held;
+    if (held == NULL && (held = PySet_New(NULL)) == NULL)
+        return NULL;
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    if (PySet_Add(held, name) < 0) {
+        Py_DECREF(name);
+        return NULL;
+    }
+    return name;
+}
+
 /* attr(o, name): o.name as the calls above read the recorder's attributes (_attrs.h), for its tests */
 static PyObject *
 apicall_attr(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
@@ -851,21 +868,30 @@ apicall_attr(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "attr(o, name: str)");
         return NULL;
     }
-    /* a cache entry points to its name: the names asked here are kept for the process (a freed name's address
-     * reused by another would find the entry) */
-    static PyObject *held;
-    if (held == NULL && (held = PySet_New(NULL)) == NULL)
+    PyObject *name = held_name(a[1]);
+    if (name == NULL)
         return NULL;
-    PyObject *name = a[1];
-    Py_INCREF(name);
-    PyUnicode_InternInPlace(&name);
-    if (PySet_Add(held, name) < 0) {
-        Py_DECREF(name);
-        return NULL;
-    }
     PyObject *v = attrs_get(a[0], name);
     Py_DECREF(name);
     return v;
+}
+
+/* attr_set(o, name, v): o.name = v as the journal's C calls set the writer's attributes (_attrs.h), for its tests */
+static PyObject *
+apicall_attr_set(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyUnicode_CheckExact(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "attr_set(o, name: str, v)");
+        return NULL;
+    }
+    PyObject *name = held_name(a[1]);
+    if (name == NULL)
+        return NULL;
+    int r = attrs_set(a[0], name, a[2]);
+    Py_DECREF(name);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -875,6 +901,8 @@ static PyMethodDef methods[] = {
      "backward(hooks, bkey, record, grad_inputs, grad_outputs): a recorded call's backward record"},
     {"setup", apicall_setup, METH_VARARGS, "setup(...): the objects every call uses"},
     {"attr", (PyCFunction)(void (*)(void))apicall_attr, METH_FASTCALL, "attr(o, name): o.name as the calls read it"},
+    {"attr_set", (PyCFunction)(void (*)(void))apicall_attr_set, METH_FASTCALL,
+     "attr_set(o, name, v): o.name = v as the journal's calls set it"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,6 +9,7 @@ import pytest
 
 _apicall = pytest.importorskip("msprobe_inject.pytorch._apicall")
 attr = _apicall.attr
+attr_set = _apicall.attr_set
 
 
 def both(o, name):
@@ -175,6 +176,38 @@ def test_a_type_gone_and_another_at_its_address():
         assert attr(t, "a") == i
         del T, t
         gc.collect()
+
+
+def test_a_set_stores_where_the_protocol_would():
+    """attr_set, after a read filled the entry: a slot's value stored where both reads find it; an attribute of the
+    dict set through the protocol; a READONLY member refused as setattr refuses it; a __setattr__ or a property
+    given to the class later used."""
+    class S:
+        __slots__ = ("a", "__dict__")
+
+    s = S()
+    s.a = 1
+    assert attr(s, "a") == 1
+    attr_set(s, "a", 2)
+    assert both(s, "a") == [2, 2]
+    attr_set(s, "b", 3)
+    assert both(s, "b") == [3, 3]
+    r = range(1, 2)  # start: a member whose descriptor refuses a set, on a type with the generic __setattr__
+    assert attr(r, "start") == 1
+    with pytest.raises(AttributeError):
+        attr_set(r, "start", 5)
+    assert r.start == 1
+    seen = []
+    S.__setattr__ = lambda self, name, v: seen.append((name, v))
+    attr_set(s, "a", 4)
+    assert seen == [("a", 4)] and both(s, "a") == [2, 2]
+    del S.__setattr__
+    attr_set(s, "a", 5)
+    assert both(s, "a") == [5, 5]
+    stored = []
+    S.a = property(lambda self: "p", lambda self, v: stored.append(v))
+    attr_set(s, "a", 6)
+    assert stored == [6] and both(s, "a") == ["p", "p"]
 
 
 def test_the_recorder_objects_keep_their_attributes_in_slots():

@@ -584,12 +584,13 @@ def _collect(w, batches: list):
     had = w._q
     w._q = _Collecting(batches)
     w._take_buffer = list
+    time.sleep(0.01)  # a drain already past its look-up of _take_buffer finishes with the buffer from before
     return had
 
 
 def _release(w, had) -> None:
-    del w._take_buffer
     w._held, w._q, w._buf = False, had, []
+    del w._take_buffer
 
 
 def _pause() -> None:
@@ -609,17 +610,19 @@ def _handed(w, items, send, pause: bool = False) -> tuple:
 
     batches: list = []
     had = _collect(w, batches)
-    for n, (ev, held) in enumerate(items):
-        w._held = held
-        send(w, ev)
-        if pause and n == len(items) // 2:
-            _pause()
-    batches.append(list(w._buf))
-    with open(w._jf.path, "rb") as fh:
-        ops = list(journal._ops(fh.read()))
-    _release(w, had)
-    w.flight = None
-    w.close()
+    try:
+        for n, (ev, held) in enumerate(items):
+            w._held = held
+            send(w, ev)
+            if pause and n == len(items) // 2:
+                _pause()
+        batches.append(list(w._buf))
+        with open(w._jf.path, "rb") as fh:
+            ops = list(journal._ops(fh.read()))
+    finally:
+        _release(w, had)
+        w.flight = None
+        w.close()
     handed = [[(type(ev).__name__,) + tuple(ev) for ev in b if type(ev) is not Open] for b in batches]
     return ops, handed, w.records_sent
 
@@ -866,28 +869,31 @@ def test_the_c_stack_journals_and_hands_off_what_the_python_stack_does(tmp_path,
         batches: list = []
         had = _collect(w, batches)
         ops = []
-        for part in range(2):  # a step with a journal, then the same calls with none (a dump not yet open)
-            if part == 1:
-                with open(w._jf.path, "rb") as fh:
-                    ops = list(journal._ops(fh.read()))
-                w._end_journal()
-            for i, (is_stack, site, held, push) in enumerate(events):
-                w._held = held and part == 0
-                key = f"Torch.relu.{i}.forward"
-                if pause and part == 0 and i == len(events) // 2:
-                    _pause()
-                if is_stack:
-                    (site0, site1, site2)[site](w, key)
-                else:
-                    w.send(Record(key, {"output": [i]}, None), push)
-        batches.append(list(w._buf))
-        free: list = []  # the hand-off lock is free for another thread (an RLock: this one would take it again)
-        other = threading.Thread(target=lambda: free.append(w._blk.acquire(timeout=10) and w._blk.release() is None))
-        other.start()
-        other.join()
-        assert free == [True]
-        _release(w, had)
-        w.close()
+        try:
+            for part in range(2):  # a step with a journal, then the same calls with none (a dump not yet open)
+                if part == 1:
+                    with open(w._jf.path, "rb") as fh:
+                        ops = list(journal._ops(fh.read()))
+                    w._end_journal()
+                for i, (is_stack, site, held, push) in enumerate(events):
+                    w._held = held and part == 0
+                    key = f"Torch.relu.{i}.forward"
+                    if pause and part == 0 and i == len(events) // 2:
+                        _pause()
+                    if is_stack:
+                        (site0, site1, site2)[site](w, key)
+                    else:
+                        w.send(Record(key, {"output": [i]}, None), push)
+            batches.append(list(w._buf))
+            free: list = []  # the hand-off lock is free for another thread (an RLock: this one would take it again)
+            other = threading.Thread(target=lambda: free.append(w._blk.acquire(timeout=10)
+                                                                and w._blk.release() is None))
+            other.start()
+            other.join()
+            assert free == [True]
+        finally:
+            _release(w, had)
+            w.close()
         ids: dict = {}  # stack ids are never reused in a process: numbered by first appearance
         ops = [(op[0], ids.setdefault(op[1], len(ids)), op[2]) if op[0] == "stackdef" else
                (op[0], op[1], ids.setdefault(op[2], len(ids))) if op[0] == "stack" else op for op in ops]
