@@ -456,7 +456,7 @@ entry_via_dict(EntryObject *e, const char *name, PyObject *const *args, Py_ssize
     {                                                                                                              \
         return entry_via_dict(e, name, args, nargs);                                                              \
     }
-ENTRY_VIA(entry_get, "get")
+ENTRY_VIA(entry_get_via, "get")
 ENTRY_VIA(entry_keys, "keys")
 ENTRY_VIA(entry_values, "values")
 ENTRY_VIA(entry_items, "items")
@@ -464,9 +464,38 @@ ENTRY_VIA(entry_getitem_m, "__getitem__")
 ENTRY_VIA(entry_iter_m, "__iter__")
 ENTRY_VIA(entry_contains_m, "__contains__")
 
+/* key's figure (Max, Min, Mean, Norm) as the dict holds it: the flight recorder's spike rule reads every followed
+ * record's Norm on the writer thread, where the whole dict is made and freed for one float. 0: not a figure key of
+ * this entry (the dict's own lookup answers). */
+static int
+entry_figure(EntryObject *e, PyObject *key, PyObject **out)
+{
+    if (e->kind == ENTRY_XOR || !PyUnicode_CheckExact(key))
+        return 0;
+    for (int i = 0; i < 4; i++) {
+        if (key == STAT_KEYS[i] || PyUnicode_Compare(key, STAT_KEYS[i]) == 0) {
+            *out = e->kind == ENTRY_NORM && i < 3 ? NEW_REF(Py_None) : PyFloat_FromDouble(e->fig[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+entry_get(EntryObject *e, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *v;
+    if (nargs >= 1 && nargs <= 2 && entry_figure(e, args[0], &v))
+        return v;
+    return entry_get_via(e, args, nargs);
+}
+
 static PyObject *
 entry_getitem(EntryObject *e, PyObject *key)
 {
+    PyObject *v;
+    if (entry_figure(e, key, &v))
+        return v;
     return entry_getitem_m(e, &key, 1);
 }
 

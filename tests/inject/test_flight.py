@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import threading
 
 from msprobe_inject.dumpformat.encoding import encode, is_suspect
+from msprobe_inject.dumpformat.entry import MAPPINGS, Entry
 from msprobe_inject.dumpformat.nonfinite import has_nonfinite
-from msprobe_inject.flight import Flight
+from msprobe_inject.flight import Flight, _norm_of
 
 
 class _Step:
@@ -73,6 +76,61 @@ def test_a_spike_is_a_norm_above_factor_times_its_median_over_earlier_steps():
     fl.observe(4, key, _out(50.0), False)
     assert fl.own["kind"] == "spike" and fl.own["step"] == 4 and fl.own["record"] == key
     assert fl.own["value"] == 50.0 and fl.own["median"] in (1.0, 1.2)
+
+
+def _norm_of_reference(value):
+    """The spike rule's walk as first written: every mapping's Norm, every mapping's and list's values walked."""
+    best = None
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, MAPPINGS):
+            n = v.get("Norm")
+            if isinstance(n, (int, float)) and not isinstance(n, bool) and (best is None or not n <= best):
+                best = float(n)
+            stack.extend(x for x in v.values() if isinstance(x, (*MAPPINGS, list)))
+        elif isinstance(v, list):
+            stack.extend(v)
+    return best
+
+
+def _random_body(rng: random.Random, depth: int = 0):
+    def figure():
+        return rng.choice([math.nan, math.inf, -math.inf, 0.0, -1.5, 2.5, 7, True, None, "NaN", 1e300])
+    kind = rng.random()
+    if depth > 3 or kind < 0.3:
+        if Entry is not None and rng.random() < 0.5:
+            from msprobe_inject.dumpformat import _jenc
+            figs = tuple(float(rng.choice([math.nan, math.inf, 0.5, 3.0, -2.0])) for _ in range(4))
+            return _jenc.entry("torch.Tensor", "torch.float32", (2, 3), figs, rng.choice([0, 3]), 0, False, False)
+        return {"type": "torch.Tensor", "shape": [2, 3], "Max": figure(), "Norm": figure()}
+    if kind < 0.6:
+        return [_random_body(rng, depth + 1) for _ in range(rng.randint(0, 3))] + [rng.randint(0, 9)]
+    return {f"k{i}": _random_body(rng, depth + 1) for i in range(rng.randint(0, 3))} | {"Norm": figure()}
+
+
+def test_the_spike_rules_norm_is_the_reference_walks_on_any_body():
+    """The largest Norm below a body, NaN taking over as the walk meets it: the same as the walk written first, for
+    dicts, lists, entries of C values and figures of every kind, in any nesting."""
+    rng = random.Random(1234)
+    for _ in range(3000):
+        body = _random_body(rng)
+        assert repr(_norm_of(body)) == repr(_norm_of_reference(body)), body
+
+
+def test_a_spike_is_measured_against_the_median_of_the_steps_before():
+    """The median is that of the history at the last step's end: a record's own values within the step do not move
+    it, however many calls the record has in the step."""
+    fl = _flight(steps=4, factor=10.0)
+    key = "Module.fc.Linear.parameters_grad.0"
+    for step in range(3):
+        fl.observe(step, key, {"weight": [{"Norm": 1.0}]}, False)
+        fl.step_finished()
+    for _ in range(5):  # the step's own large values are not its median
+        fl.observe(3, key, {"weight": [{"Norm": 9.0}]}, False)
+    assert fl.trigger is None
+    fl.observe(3, key, {"weight": [{"Norm": 10.5}]}, False)
+    assert fl.own["kind"] == "spike" and fl.own["median"] == 1.0 and fl.own["value"] == 10.5
 
 
 def test_no_spike_before_enough_history():

@@ -63,6 +63,28 @@ def test_an_entry_is_the_dict_it_stands_for():
                            "Mean": None, "Norm": 1.25, "requires_grad": False}
 
 
+class _Key(str):
+    """A str subclass equal to a figure's name: looked up as the dict would (its hash and equality)."""
+
+
+def test_its_figures_read_by_key_are_its_dicts():
+    """get and [] of a figure answer from the C values without the dict (the spike rule's read of a Norm): the same
+    value, None or KeyError as the dict's, for every kind of entry, any default, keys built at run time or not str."""
+    rng = random.Random(5)
+    keys = ["Max", "Min", "Mean", "Norm", "md5", "shape", "missing", "".join(["No", "rm"]), _Key("Norm"), 3, None]
+    for e in _entries(rng, 2000):
+        d = e.as_dict()
+        for k in keys:
+            assert _same(e.get(k), d.get(k)) and _same(e.get(k, "dflt"), d.get(k, "dflt")), (d, k)
+            try:
+                want = d[k]
+            except KeyError:
+                with pytest.raises(KeyError):
+                    e[k]
+            else:
+                assert _same(e[k], want), (d, k)
+
+
 def test_its_json_text_and_journal_frame_are_its_dicts():
     rng = random.Random(21)
     for e in _entries(rng, 3000):
