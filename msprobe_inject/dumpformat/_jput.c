@@ -15,7 +15,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <frameobject.h>
 #include <marshal.h>
 #include <string.h>

@@ -61,9 +61,9 @@ static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_se
     *s_input_args, *s_input_kwargs, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
     *s_f_lasti, *s_get, *s_parent;
 
-/* an attribute's truth: 1, 0, or -1 with an error; attr_true for the objects whose attributes attrs_get finds where
- * they are (the recorder's, session's, encoder's, writer's), plain_true for the others (the thread state, a tensor) */
-#define attr_true attrs_true
+/* an attribute's truth: 1, 0, or -1 with an error; attrs_true (_attrs.h) for the objects whose attributes attrs_get
+ * finds where they are (the recorder's, session's, encoder's, writer's), plain_true for the others (the thread state,
+ * a tensor) */
 
 static int
 plain_true(PyObject *o, PyObject *name)
@@ -163,7 +163,7 @@ encode(PyObject *enc, PyObject *value, PyObject *pending)
     /* as encode() does whatever the call did: the device items it queued get their norms */
     Held h;
     hold(&h);
-    int ok = 1, dev = attr_true(enc, s_devices);
+    int ok = 1, dev = attrs_true(enc, s_devices);
     if (dev < 0) {
         ok = 0;
     } else if (dev && PyList_GET_SIZE(pending) > start) {
@@ -256,7 +256,7 @@ capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, 
     }
     if (r < 0)
         return -1;
-    int extra = attr_true(rec, s_extra);
+    int extra = attrs_true(rec, s_extra);
     if (extra <= 0)
         return extra;
     PyObject *w = attrs_get(rec, s_writer);
@@ -312,7 +312,7 @@ ensure_open(PyObject *s, PyObject *w)
     int open = kind == NULL ? -1 : PyObject_RichCompareBool(kind, s_dump, Py_EQ);
     Py_XDECREF(kind);
     if (open == 1) {
-        int stopped = attr_true(w, s_stopped);
+        int stopped = attrs_true(w, s_stopped);
         open = stopped < 0 ? -1 : !stopped;
     }
     if (open == 0) {
@@ -362,7 +362,7 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
         Py_DECREF(w);
         return -1;
     }
-    int cons = attr_true(rec, s_construct);
+    int cons = attrs_true(rec, s_construct);
     if (cons > 0) {
         /* the tree place is ApiHooks._parent's rule (asked at the construct levels alone: mix, L0) */
         PyObject *stack = PyObject_GetAttr(TLS, s_stack);
@@ -379,7 +379,7 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
     if (cons < 0)
         return -1;
     /* under no_grad no output has a node to hook */
-    int bwd = attr_true(rec, s_bwd);
+    int bwd = attrs_true(rec, s_bwd);
     if (bwd <= 0)
         return bwd;
     PyObject *g = PyObject_CallNoArgs(F_grad);
@@ -512,20 +512,20 @@ common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject
     if ((r = PyObject_RichCompareBool(prefix, s_distributed, Py_EQ)) != 0
         || (r = PyObject_RichCompareBool(prefix, s_npu, Py_EQ)) != 0)
         return r < 0 ? -1 : 0;
-    if ((r = attr_true(s, s_running)) <= 0)
+    if ((r = attrs_true(s, s_running)) <= 0)
         return r;
     if (kwargs != NULL && (r = PyDict_Contains(kwargs, s_out)) != 0)
         return r < 0 ? -1 : 0;
-    if ((r = attr_true(rec, s_forked)) != 0)
+    if ((r = attrs_true(rec, s_forked)) != 0)
         return r < 0 ? -1 : 0;
     PyObject *filters = attrs_get(s, s_filters);
     if (filters == NULL)
         return -1;
-    r = attr_true(filters, s_active);
+    r = attrs_true(filters, s_active);
     Py_DECREF(filters);
     if (r != 0)
         return r < 0 ? -1 : 0;
-    if ((r = attr_true(enc, s_some_files)) != 0)
+    if ((r = attrs_true(enc, s_some_files)) != 0)
         return r < 0 ? -1 : 0;
     PyObject *entries = attrs_get(enc, s_entries);
     if (entries == NULL)
@@ -534,7 +534,7 @@ common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject
     Py_DECREF(entries);
     if (r == 0)
         return 0;
-    if ((r = attr_true(rec, s_fwd)) <= 0 || (r = attr_true(rec, s_inp)) <= 0 || (r = attr_true(rec, s_outp)) <= 0)
+    if ((r = attrs_true(rec, s_fwd)) <= 0 || (r = attrs_true(rec, s_inp)) <= 0 || (r = attrs_true(rec, s_outp)) <= 0)
         return r;
     return 1;
 }
@@ -589,7 +589,7 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         goto through;
     if ((hooks = attrs_get(mode, s_hooks)) == NULL || (rec = attrs_get(hooks, s_rec)) == NULL)
         goto done;
-    if ((r = attr_true(rec, s_api_on)) <= 0)
+    if ((r = attrs_true(rec, s_api_on)) <= 0)
         goto through;
     if ((s = attrs_get(rec, s_session)) == NULL || (enc = attrs_get(rec, s_encoder)) == NULL)
         goto done;
@@ -708,7 +708,7 @@ backward_record(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *grad_out, 
     PyObject *enc = attrs_get(rec, s_encoder);
     if (enc == NULL)
         return -1;
-    int r = attr_true(enc, s_some_files);
+    int r = attrs_true(enc, s_some_files);
     if (r == 0) {
         PyObject *entries = attrs_get(enc, s_entries);
         r = entries == NULL ? -1 : entries == Py_None;
@@ -727,7 +727,7 @@ backward_record(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *grad_out, 
     /* "input" holds the gradients arriving (of the outputs), "output" those leaving (of the inputs) */
     PyObject *keys[2] = {s_input, s_output}, *grads[2] = {grad_out, grad_in}, *flags[2] = {s_inp, s_outp};
     for (int i = 0; r == 0 && i < 2; i++) {
-        int on = attr_true(rec, flags[i]);
+        int on = attrs_true(rec, flags[i]);
         if (on <= 0) {
             r = on;
             continue;
@@ -751,7 +751,7 @@ backward_record(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *grad_out, 
 static int
 backward_body(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *record, PyObject *grad_in, PyObject *grad_out)
 {
-    int r = attr_true(rec, s_construct);
+    int r = attrs_true(rec, s_construct);
     if (r > 0) {
         PyObject *stack = PyObject_GetAttr(TLS, s_stack), *got = NULL;
         int some = stack == NULL ? -1 : PyObject_IsTrue(stack);
@@ -766,7 +766,7 @@ backward_body(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *record, PyOb
     if (r < 0 || (r = PyObject_IsTrue(record)) <= 0)
         return r;
     PyObject *filters = attrs_get(s, s_filters);
-    r = filters == NULL ? -1 : attr_true(filters, s_active);
+    r = filters == NULL ? -1 : attrs_true(filters, s_active);
     Py_XDECREF(filters);
     if (r > 0) {
         PyObject *enclosing = PyList_New(0);
@@ -800,11 +800,11 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyObject *rec = attrs_get(hooks, s_rec), *s = NULL;
     int r = rec == NULL ? -1 : plain_true(TLS, s_busy);
     if (r == 0)
-        r = attr_true(rec, s_forked);
+        r = attrs_true(rec, s_forked);
     if (r == 0 && (s = attrs_get(rec, s_session)) == NULL)
         r = -1;
     if (r == 0)
-        r = attr_true(s, s_ended);
+        r = attrs_true(s, s_ended);
     if (r == 0) {
         PyObject *sec = quiet_enter();
         r = sec == NULL ? -1 : backward_body(rec, s, bkey, a[2], a[3], a[4]);
