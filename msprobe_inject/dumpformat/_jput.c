@@ -669,7 +669,7 @@ triggers_see(PyObject *w, PyObject *ev, PyObject *t)
     PyObject *r;
     if (F_nonfinite == NULL || !PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) < 2)
         goto python;
-    PyObject *fl = PyObject_GetAttr(w, s_flight);
+    PyObject *fl = attrs_get(w, s_flight);  /* the writer's, the flight recorder's: where they are */
     if (fl == NULL)
         return -1;
     if (fl == Py_None) {  /* no flight recorder to ask: the method knows what to do */
@@ -690,7 +690,7 @@ triggers_see(PyObject *w, PyObject *ev, PyObject *t)
         Py_DECREF(fl);
         return found;
     }
-    PyObject *re = PyObject_GetAttr(fl, s_spike_re);
+    PyObject *re = attrs_get(fl, s_spike_re);
     if (re == NULL) {
         Py_DECREF(fl);
         return -1;
@@ -698,7 +698,7 @@ triggers_see(PyObject *w, PyObject *ev, PyObject *t)
     int follows = re == Py_None ? 0 : -2;
     Py_DECREF(re);
     if (follows == -2) {
-        PyObject *known = PyObject_GetAttr(fl, s_spike_match);
+        PyObject *known = attrs_get(fl, s_spike_match);
         if (known == NULL) {
             Py_DECREF(fl);
             return -1;
