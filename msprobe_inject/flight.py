@@ -51,8 +51,8 @@ def spill_dir(run_id: str) -> str:
 
 def _norm_of(value: Any) -> Optional[float]:
     """The largest finite-or-not Norm below value (a record's output, or a whole parameter-gradient body). Asked of
-    every record the spike rule follows, on the writer thread: a loop without generators (a generator and a tuple of
-    types per mapping took 5 µs for one gradient's body)."""
+    every record the spike rule follows, on the writer thread: a plain loop, where a generator and a tuple of types
+    per mapping were most of the walk's cost."""
     best: Optional[float] = None
     stack = [value]
     pop, push = stack.pop, stack.append
@@ -75,6 +75,11 @@ def _norm_of(value: Any) -> Optional[float]:
 
 class Flight:
     """The ring, the triggers and the window of one process (writer thread only)."""
+
+    # the spike rule's two attributes the journal's C reads for every record of a held step (_jput.c triggers_see):
+    # at slots, where its attribute cache reads them at their offset; from 3.11 an instance dict's are asked of the
+    # attribute protocol each time
+    __slots__ = ("spike_re", "_spike_match", "__dict__")
 
     def __init__(self, steps: int, after: int, max_bytes: int, spike_factor: float, spike_records: str,
                  has_nonfinite: Callable[[Any], bool]):

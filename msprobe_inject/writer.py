@@ -224,10 +224,10 @@ class _OpenStep:
 class DumpWriter:
     """Background writer for one process. All public methods are safe to call from hooks."""
 
-    # what the journal's C calls read for every record (and set: _jbuf, _buf, records_sent), and `stopped`, which a
-    # recorded call's C reads: at their slots' offsets (_attrs.h); the rest in __dict__
-    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "stopped", "__dict__",
-                 "__weakref__")
+    # what the journal's C calls read for every record (and set: _jbuf, _buf, records_sent; for a held step's records:
+    # flight), and `stopped`, which a recorded call's C reads: at their slots' offsets (_attrs.h); the rest in __dict__
+    __slots__ = ("_jf", "_jbuf", "_buf", "_q", "_held", "records_sent", "_blk", "_stacks", "stopped", "flight",
+                 "__dict__", "__weakref__")
 
     def __init__(self, resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
                  pending_bytes: int = 256 << 20, overflow_nums: Optional[int] = None, fsync: bool = False,

@@ -669,7 +669,7 @@ triggers_see(PyObject *w, PyObject *ev, PyObject *t)
     PyObject *r;
     if (F_nonfinite == NULL || !PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) < 2)
         goto python;
-    PyObject *fl = attrs_get(w, s_flight);  /* the writer's, the flight recorder's: where they are */
+    PyObject *fl = attrs_get(w, s_flight);  /* at their slots (DumpWriter's flight, Flight's spike rule) */
     if (fl == NULL)
         return -1;
     if (fl == Py_None) {  /* no flight recorder to ask: the method knows what to do */

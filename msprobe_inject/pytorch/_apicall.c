@@ -61,10 +61,8 @@ static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_se
     *s_input_args, *s_input_kwargs, *s_encode, *s_dropout, *s_operators, *s_sites, *s_co_name,
     *s_f_lasti, *s_get, *s_parent;
 
-/* an attribute's truth: 1, 0, or -1 with an error; attrs_true (_attrs.h) for the objects whose attributes attrs_get
- * finds where they are (the recorder's, session's, encoder's, writer's), plain_true for the others (the thread state,
- * a tensor) */
-
+/* an attribute's truth, 1, 0 or -1 with an error, through the protocol: for the objects the attribute cache does not
+ * serve (the thread state, a tensor); the recorder's, session's, encoder's and writer's are read with attrs_true */
 static int
 plain_true(PyObject *o, PyObject *name)
 {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -102,11 +103,15 @@ def _random_body(rng: random.Random, depth: int = 0):
         if Entry is not None and rng.random() < 0.5:
             from msprobe_inject.dumpformat import _jenc
             figs = tuple(float(rng.choice([math.nan, math.inf, 0.5, 3.0, -2.0])) for _ in range(4))
-            return _jenc.entry("torch.Tensor", "torch.float32", (2, 3), figs, rng.choice([0, 3]), 0, False, False)
+            return _jenc.entry("torch.Tensor", "torch.float32", (2, 3), figs, rng.choice([0, 1, 2, 3]), 7, False,
+                               rng.random() < 0.2)  # statistics, md5, xor (no Norm), norm alone; some 0-d
         return {"type": "torch.Tensor", "shape": [2, 3], "Max": figure(), "Norm": figure()}
     if kind < 0.6:
-        return [_random_body(rng, depth + 1) for _ in range(rng.randint(0, 3))] + [rng.randint(0, 9)]
-    return {f"k{i}": _random_body(rng, depth + 1) for i in range(rng.randint(0, 3))} | {"Norm": figure()}
+        return [_random_body(rng, depth + 1) for _ in range(rng.randint(0, 3))] + [rng.randint(0, 9), True,
+                                                                                     ({"Norm": 1e308},)]
+    members = {f"k{i}": _random_body(rng, depth + 1) for i in range(rng.randint(0, 3))}
+    members["Norm"] = figure()
+    return collections.OrderedDict(members) if rng.random() < 0.2 else members  # a dict subclass is a mapping too
 
 
 def test_the_spike_rules_norm_is_the_reference_walks_on_any_body():
@@ -131,6 +136,27 @@ def test_a_spike_is_measured_against_the_median_of_the_steps_before():
     assert fl.trigger is None
     fl.observe(3, key, {"weight": [{"Norm": 10.5}]}, False)
     assert fl.own["kind"] == "spike" and fl.own["median"] == 1.0 and fl.own["value"] == 10.5
+
+
+def test_the_median_follows_the_ring_as_it_turns():
+    """The median moves as old steps leave the ring (K steps, at least three kept), a step without the record keeps
+    its median, and a ring of one step compares with that step alone."""
+    fl = _flight(steps=3, factor=2.0)
+    key = "Module.fc.Linear.parameters_grad.0"
+    for step, norm in enumerate([1.0, 1.0, 1.0, 1.9, 1.9, 3.0, 3.0]):  # each under 2 x the median before it
+        fl.observe(step, key, {"weight": [{"Norm": norm}]}, False)
+        fl.step_finished()
+    assert fl.trigger is None
+    fl.step_finished()  # a step without the record: its median stays that of the ring's last three, 3.0
+    fl.observe(8, key, {"weight": [{"Norm": 5.9}]}, False)  # under 2 x 3.0 (over 2 x 1.9, the median before)
+    assert fl.trigger is None
+    fl.observe(8, key, {"weight": [{"Norm": 6.1}]}, False)
+    assert fl.own["kind"] == "spike" and fl.own["median"] == 3.0
+    one = _flight(steps=1, factor=2.0)
+    one.observe(0, key, {"weight": [{"Norm": 4.0}]}, False)
+    one.step_finished()
+    one.observe(1, key, {"weight": [{"Norm": 9.0}]}, False)
+    assert one.own["kind"] == "spike" and one.own["median"] == 4.0
 
 
 def test_no_spike_before_enough_history():

@@ -83,6 +83,11 @@ def test_its_figures_read_by_key_are_its_dicts():
                     e[k]
             else:
                 assert _same(e[k], want), (d, k)
+        for bad in ((), ("Norm", 1, 2)):  # get's arity, as dict.get's
+            with pytest.raises(TypeError):
+                e.get(*bad)
+        with pytest.raises(TypeError):
+            e.get(key="Norm")
 
 
 def test_its_json_text_and_journal_frame_are_its_dicts():
