@@ -93,16 +93,24 @@ attrs_slow(PyObject *o, PyObject *name, size_t h)
     return v;
 }
 
+/* the entry of (tp, name), of the pair at h, that still holds for the type (its version tag unchanged); else NULL */
+static inline AttrsEntry *
+attrs_find(PyTypeObject *tp, PyObject *name, size_t h)
+{
+    AttrsEntry *e = &attrs_cache[h];
+    if (e->name != name || e->type != tp)
+        e = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
+    return e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0 ? e : NULL;
+}
+
 /* a new reference to o.name, or NULL with the protocol's error */
 static inline PyObject *
 attrs_get(PyObject *o, PyObject *name)
 {
     PyTypeObject *tp = Py_TYPE(o);
     size_t h = attrs_hash(tp, name);
-    AttrsEntry *e = &attrs_cache[h];
-    if (e->name != name || e->type != tp)
-        e = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
-    if (e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0) {
+    AttrsEntry *e = attrs_find(tp, name, h);
+    if (e != NULL) {
         PyObject *v = NULL;
         if (e->offset == ATTRS_PROTOCOL)
             return PyObject_GetAttr(o, name);
@@ -134,12 +142,8 @@ attrs_set(PyObject *o, PyObject *name, PyObject *v)
     if (v == NULL)
         return PyObject_SetAttr(o, name, NULL);
     PyTypeObject *tp = Py_TYPE(o);
-    size_t h = attrs_hash(tp, name);
-    AttrsEntry *e = &attrs_cache[h];
-    if (e->name != name || e->type != tp)
-        e = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
-    if (e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0 && e->offset >= 0
-        && e->settable && tp->tp_setattro == PyObject_GenericSetAttr) {
+    AttrsEntry *e = attrs_find(tp, name, attrs_hash(tp, name));
+    if (e != NULL && e->offset >= 0 && e->settable && tp->tp_setattro == PyObject_GenericSetAttr) {
         PyObject **at = (PyObject **)((char *)o + e->offset);
         PyObject *old = *at;
         Py_INCREF(v);
