@@ -2,7 +2,8 @@
 does not move with the machine's load (a wall-clock ratio on a shared 2-core machine spreads by 5 % and more).
 
     python benchmarks/instructions.py [--only "none;floor;L1;mix;L0"] [--iters 100] [--mode statistics]
-        [--baseline DIR] [--top 0] [--ways "python api path;no backward hook;no encoding;records not sent;no stacks"]
+        [--baseline DIR] [--top 0] [--keep DIR]
+        [--ways "python api path;no backward hook;no encoding;records not sent;no stacks"]
     python benchmarks/instructions.py --only "none;module floor;L0;L0 flight;monitor"
         [--ways "no param grads;no module backward;records not sent;no encoding"]
 
@@ -19,11 +20,12 @@ global module forward pre-hook and hook and a hook on each parameter's gradient 
 module levels'). An instruction is not a nanosecond (a cache miss costs hundreds),
 but on this loop, whose data stay in cache, the two move together; the timed figures are ``percall.py``'s.
 
---baseline DIR counts each configuration of ours again with another checkout's code (``git worktree add DIR REV``,
-its C extensions built). --top N prints the N functions with the most instructions of their own (C functions: the
+--baseline DIR counts each configuration of ours again with another checkout's code (``git worktree add DIR REV``, its
+C extensions built). --keep DIR keeps each configuration's measured callgrind output there (for ``callgrind_annotate
+--inclusive=yes``). --top N prints the N functions with the most instructions of their own (C functions: the
 interpreter, torch, our extensions; Python functions show as the interpreter's). --ways counts each configuration of
-ours again with one part of the recording switched off, as ``call_parts.py`` does (diagnostics: a way that is not
-the code's never runs in a job). Every way runs the API calls through apis.py's Python (their C common case,
+ours again with one part of the recording switched off, as ``call_parts.py`` does (diagnostics: a way that is not the
+code's never runs in a job). Every way runs the API calls through apis.py's Python (their C common case,
 ``_apicall.c``, calls the encoder, the stack and the node hook the ways replace): compare a way with "python api
 path", which is that alone (counted with the others, it is what their "less" is against). Needs valgrind and its
 ``callgrind.h`` (the start and stop are its client requests, compiled into a small helper library).
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -177,7 +180,8 @@ def _writer(debugger):
     return debugger.runtime.writer  # the recorder's
 
 
-def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, top: int, way: str = "") -> dict:
+def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, top: int, way: str = "",
+          keep: Optional[str] = None) -> dict:
     tag = name + ("_base" if root != ROOT else "") + way.replace(" ", "_")
     out = os.path.join(tmp, f"cg_{tag}")
     dump = os.path.join(tmp, f"dump_{tag}")
@@ -203,6 +207,9 @@ def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, to
         ann = subprocess.run(["callgrind_annotate", dumps[0]], capture_output=True, text=True).stdout
         rows = [ln for ln in ann.splitlines() if re.match(r"^\s*[\d,]+ \(\s*[\d.]+%\)\s+\S", ln)][1:top + 1]
         got["top"] = rows
+    if keep:  # for callgrind_annotate --inclusive=yes, or kcachegrind
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(dumps[0], os.path.join(keep, f"callgrind.out.{tag}"))
     for f in os.listdir(tmp):
         if f.startswith(f"cg_{tag}."):
             os.unlink(os.path.join(tmp, f))
@@ -226,6 +233,7 @@ def main() -> None:
     ap.add_argument("--mode", default="statistics", choices=("statistics", "md5", "xor"))
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--top", type=int, default=0)
+    ap.add_argument("--keep", default=None, help="a directory to keep each measured callgrind output in")
     ap.add_argument("--ways", default="")
     ap.add_argument("--way", default="")
     ap.add_argument("--worker", default=None)
@@ -251,7 +259,7 @@ def main() -> None:
         helper = build_helper(tmp)
         res = {}
         for n in names:
-            res[n] = count(n, a.mode, a.iters, helper, tmp, ROOT, a.top)
+            res[n] = count(n, a.mode, a.iters, helper, tmp, ROOT, a.top, keep=a.keep)
             print(f"counted {n}", file=sys.stderr, flush=True)
             if a.baseline and CONFIGS[n]:
                 res[n + "@base"] = count(n, a.mode, a.iters, helper, tmp, os.path.abspath(a.baseline), a.top)
