@@ -209,7 +209,7 @@ def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, to
         got["top"] = rows
     if keep:  # for callgrind_annotate --inclusive=yes, or kcachegrind
         os.makedirs(keep, exist_ok=True)
-        shutil.copy(dumps[0], os.path.join(keep, f"callgrind.out.{tag}"))
+        shutil.copy(dumps[0], os.path.join(keep, f"callgrind.out.{tag.replace(' ', '_')}"))
     for f in os.listdir(tmp):
         if f.startswith(f"cg_{tag}."):
             os.unlink(os.path.join(tmp, f))
@@ -262,11 +262,12 @@ def main() -> None:
             res[n] = count(n, a.mode, a.iters, helper, tmp, ROOT, a.top, keep=a.keep)
             print(f"counted {n}", file=sys.stderr, flush=True)
             if a.baseline and CONFIGS[n]:
-                res[n + "@base"] = count(n, a.mode, a.iters, helper, tmp, os.path.abspath(a.baseline), a.top)
+                res[n + "@base"] = count(n, a.mode, a.iters, helper, tmp, os.path.abspath(a.baseline), a.top,
+                                         keep=a.keep)
                 print(f"counted {n}@base", file=sys.stderr, flush=True)
             # "python api path" first: the other ways run that path, and their "less" is against it when counted
             for w in sorted(ways, key=lambda w: w != "python api path") if CONFIGS[n] else ():
-                res[f"{n}, {w}"] = count(n, a.mode, a.iters, helper, tmp, ROOT, 0, w)
+                res[f"{n}, {w}"] = count(n, a.mode, a.iters, helper, tmp, ROOT, 0, w, keep=a.keep)
                 ref = res.get(f"{n}, python api path") if w != "python api path" else None
                 res[f"{n}, {w}"]["less"] = (ref or res[n])["instructions"] - res[f"{n}, {w}"]["instructions"]
                 print(f"counted {n}, {w}", file=sys.stderr, flush=True)

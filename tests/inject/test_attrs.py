@@ -167,20 +167,21 @@ def test_a_type_gone_and_another_at_its_address():
     type sits in the collector's youngest generation: collecting the young ones frees it (a full collection over the
     suite's heap took a third of a second per type)."""
     import gc
-    addresses = set()
+    layouts: dict = {}  # a type's address -> the layout of the type last made there
     taken = 0
     for i in range(200):
         second = ("z", "_")[i % 2]
         T = type("T", (), {"__slots__": ("a", second)})
-        taken += id(T) in addresses
-        addresses.add(id(T))
+        taken += layouts.get(id(T), second) != second  # the other layout's address: the case guarded
+        layouts[id(T)] = second
         t = T()
         t.a = i
         setattr(t, second, -i)
         assert attr(t, "a") == i
         del T, t
         gc.collect(1)
-    assert taken > 0  # the case this test is for happened: a freed type's address given to a new one
+    if not taken:  # a memory checker (valgrind, ASan) holds freed memory back: the case never arises
+        pytest.skip("no freed type's address was given to a type of the other layout")
 
 
 def test_a_set_stores_where_the_protocol_would():
