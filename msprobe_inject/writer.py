@@ -134,6 +134,7 @@ _IN_RUNS = (Record, Merge, Stack, Construct)  # what DumpWriter._events_run take
 # DumpWriter.stack's tail for a stack seen before (journal._stack: its frames, the hand-off), or None where the
 # journal's C append is not built
 _csend = journal._send
+_HandOffLock = journal._HandOffLock
 _cstack = journal._stack
 if _csend is not None:  # Stack for the stack tail; a build before it takes the first five alone
     journal._send_setup(Record, Merge, Construct, untrack, _BATCH, *((Stack,) if _cstack is not None else ()))
@@ -256,7 +257,7 @@ class DumpWriter:
         self._buf: list = []
         # reentrant: a signal handler (SIGTERM's flush) may run on the training thread inside send(); a plain
         # lock would deadlock it there until the launcher's SIGKILL
-        self._blk = threading.RLock()
+        self._blk = _HandOffLock() if _HandOffLock is not None else threading.RLock()
         self._dir: Optional[str] = None  # the step directory most recently opened (producer side)
         self._root: Optional[str] = None  # the dump path: nothing below it is written through a symlink
         self._thread: Optional[threading.Thread] = None

@@ -1041,10 +1041,206 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * or a journal jstack leaves to the Python path. An error is the caller's, the lock released. */
 static PyObject *F_sig, *s_blk, *s_wstacks, *s_acquire, *s_release;
 
+
+/* ---- the hand-off lock (DumpWriter._blk): a reentrant lock the journal's C takes inline ----
+ * threading.RLock's acquire parses its arguments at every call, empty or not (from C, with the method's lookup, ~700
+ * instructions; a recorded call takes the lock three times, and Python's `with` pays the same). This one keeps RLock's
+ * semantics for what the writer does with it: reentrant (a signal handler's flush on the thread inside a send),
+ * owned by one thread, released by its owner only, its repr RLock's. Its state is read and changed with the GIL held
+ * only; a blocking wait gives the GIL back (the holder needs it to finish). Unlike RLock's, that wait is not
+ * interrupted by a signal: the holder keeps it for one hand-off, never across a blocking call. */
+#include <pythread.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner;
+    unsigned long count;
+} HLock;
+
+static PyTypeObject HLock_type;
+
+static int
+hlock_take(HLock *h)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (h->count > 0 && h->owner == me) {
+        h->count++;
+        return 0;
+    }
+    if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(h->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    h->owner = me;
+    h->count = 1;
+    return 0;
+}
+
+static int
+hlock_give(HLock *h)
+{
+    if (h->count == 0 || h->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--h->count == 0) {
+        h->owner = 0;
+        PyThread_release_lock(h->lock);
+    }
+    return 0;
+}
+
+static PyObject *
+hlock_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    HLock *h = (HLock *)tp->tp_alloc(tp, 0);
+    if (h == NULL)
+        return NULL;
+    h->lock = PyThread_allocate_lock();
+    if (h->lock == NULL) {
+        Py_DECREF(h);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)h;
+}
+
+static void
+hlock_dealloc(HLock *h)
+{
+    if (h->lock != NULL) {
+        if (h->count > 0)
+            PyThread_release_lock(h->lock);
+        PyThread_free_lock(h->lock);
+    }
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+/* acquire(blocking=True, timeout=-1): RLock's */
+static PyObject *
+hlock_acquire(HLock *h, PyObject *const *a, Py_ssize_t n, PyObject *kwnames)
+{
+    PyObject *blocking_o = NULL, *timeout_o = NULL;
+    Py_ssize_t nk = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (n > 2) {
+        PyErr_SetString(PyExc_TypeError, "acquire(blocking=True, timeout=-1): two arguments at most");
+        return NULL;
+    }
+    if (n > 0)
+        blocking_o = a[0];
+    if (n > 1)
+        timeout_o = a[1];
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        PyObject **slot = PyUnicode_CompareWithASCIIString(k, "blocking") == 0 ? &blocking_o
+                          : PyUnicode_CompareWithASCIIString(k, "timeout") == 0 ? &timeout_o : NULL;
+        if (slot == NULL || *slot != NULL) {
+            PyErr_Format(PyExc_TypeError, "acquire(): unexpected or repeated argument %R", k);
+            return NULL;
+        }
+        *slot = a[n + i];
+    }
+    int blocking = 1;
+    if (blocking_o != NULL && (blocking = PyObject_IsTrue(blocking_o)) < 0)
+        return NULL;
+    double timeout = -1;
+    if (timeout_o != NULL && (timeout = PyFloat_AsDouble(timeout_o)) == -1 && PyErr_Occurred())
+        return NULL;
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    unsigned long me = PyThread_get_thread_ident();
+    if (h->count > 0 && h->owner == me) {
+        h->count++;
+        Py_RETURN_TRUE;
+    }
+    if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
+        if (!blocking)
+            Py_RETURN_FALSE;
+        PyLockStatus got;
+        /* microseconds; a timeout past what the platform's wait takes waits without one, as -1 */
+        PY_TIMEOUT_T us = timeout < 0 || timeout * 1e6 >= (double)PY_TIMEOUT_MAX ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+        Py_BEGIN_ALLOW_THREADS
+        got = PyThread_acquire_lock_timed(h->lock, us, 0);
+        Py_END_ALLOW_THREADS
+        if (got != PY_LOCK_ACQUIRED)
+            Py_RETURN_FALSE;
+    }
+    h->owner = me;
+    h->count = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+hlock_enter(HLock *h, PyObject *unused)
+{
+    hlock_take(h);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+hlock_release(HLock *h, PyObject *unused)
+{
+    if (hlock_give(h) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+hlock_exit(HLock *h, PyObject *const *a, Py_ssize_t n)
+{
+    if (hlock_give(h) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+hlock_repr(HLock *h)
+{
+    /* as threading.RLock's */
+    return PyUnicode_FromFormat("<%s %s object owner=%lu count=%lu at %p>", h->count ? "locked" : "unlocked",
+                                Py_TYPE(h)->tp_name, h->owner, h->count, h);
+}
+
+static PyMethodDef hlock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))hlock_acquire, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"__enter__", (PyCFunction)hlock_enter, METH_NOARGS, NULL},
+    {"release", (PyCFunction)hlock_release, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))hlock_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HLock_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "msprobe_inject.dumpformat._jput.HandOffLock",
+    .tp_basicsize = sizeof(HLock),
+    .tp_dealloc = (destructor)hlock_dealloc,
+    .tp_repr = (reprfunc)hlock_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_methods = hlock_methods,
+    .tp_new = hlock_new,
+};
+
 /* lock.release(), the error in flight kept; a release that fails: its error instead, and -1 */
 static int
 release_keeping(PyObject *lock)
 {
+    if (Py_IS_TYPE(lock, &HLock_type)) {
+        HLock *h = (HLock *)lock;
+        if (h->count > 0 && h->owner == PyThread_get_thread_ident()) {
+            if (--h->count == 0) {
+                h->owner = 0;
+                PyThread_release_lock(h->lock);
+            }
+            return 0;
+        }
+    }
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *exc = PyErr_GetRaisedException();
 #else
@@ -1076,6 +1272,10 @@ static PyObject *
 acquire_blk(PyObject *w)
 {
     PyObject *lock = attrs_get(w, s_blk);
+    if (lock != NULL && Py_IS_TYPE(lock, &HLock_type)) {
+        hlock_take((HLock *)lock);
+        return lock;
+    }
     PyObject *got = lock == NULL ? NULL : PyObject_CallMethodNoArgs(lock, s_acquire);
     if (got == NULL) {
         Py_XDECREF(lock);
@@ -1267,5 +1467,16 @@ PyInit__jput(void)
     if (!s_mm || !s_pos || !s_busy || !s_jf || !s_held || !s_jbuf || !s_buf || !s_q || !s_sent || !s_see || !s_put
         || !V_set || !V_merge || !V_move || !V_construct || !V_stack || !V_stackdef || !s_stacks || !V_one)
         return NULL;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&HLock_type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&HLock_type);
+    if (PyModule_AddObject(m, "HandOffLock", (PyObject *)&HLock_type) < 0) {
+        Py_DECREF(&HLock_type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -45,6 +45,7 @@ _cframe = getattr(_jput, "frame", None)
 # a writer's send in one C call (see _jput.c; bound to the writer's names by _send_setup), or None: a build before it
 _send = getattr(_jput, "send", None)
 _send_setup = getattr(_jput, "send_setup", None)
+_HandOffLock = getattr(_jput, "HandOffLock", None)  # a reentrant lock its C takes inline, or None
 _stack = getattr(_jput, "stack", None)  # a writer's stack tail for a known stack, the same way
 _stack_at = getattr(_jput, "stack_at", None)  # a writer's stack() for a known stack, in one call from the recording
 _stack_setup = getattr(_jput, "stack_setup", None)
