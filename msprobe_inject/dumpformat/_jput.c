@@ -17,6 +17,7 @@
 #include <Python.h>
 #include <frameobject.h>
 #include <marshal.h>
+#include <math.h>
 #include <string.h>
 #include <stdint.h>
 
@@ -1060,34 +1061,50 @@ typedef struct {
 
 static PyTypeObject HLock_type;
 
+/* the lock taken: 1; not taken: 0 (us 0: a try that found it held; us > 0: a wait that timed out); us -1 waits as
+ * long as it takes. A wait gives the GIL back. */
 static int
-hlock_take(HLock *h)
+hlock_take(HLock *h, PY_TIMEOUT_T us)
 {
     unsigned long me = PyThread_get_thread_ident();
     if (h->count > 0 && h->owner == me) {
         h->count++;
-        return 0;
+        return 1;
     }
     if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
+        if (us == 0)
+            return 0;
+        PyLockStatus got;
         Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(h->lock, WAIT_LOCK);
+        got = PyThread_acquire_lock_timed(h->lock, us, 0);
         Py_END_ALLOW_THREADS
+        if (got != PY_LOCK_ACQUIRED)
+            return 0;
     }
     h->owner = me;
     h->count = 1;
+    return 1;
+}
+
+/* one level released by its owner: 0; -1, no error set, where this thread does not hold it */
+static int
+hlock_drop(HLock *h)
+{
+    if (h->count == 0 || h->owner != PyThread_get_thread_ident())
+        return -1;
+    if (--h->count == 0) {
+        h->owner = 0;
+        PyThread_release_lock(h->lock);
+    }
     return 0;
 }
 
 static int
 hlock_give(HLock *h)
 {
-    if (h->count == 0 || h->owner != PyThread_get_thread_ident()) {
+    if (hlock_drop(h) < 0) {
         PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
         return -1;
-    }
-    if (--h->count == 0) {
-        h->owner = 0;
-        PyThread_release_lock(h->lock);
     }
     return 0;
 }
@@ -1147,6 +1164,17 @@ hlock_acquire(HLock *h, PyObject *const *a, Py_ssize_t n, PyObject *kwnames)
     double timeout = -1;
     if (timeout_o != NULL && (timeout = PyFloat_AsDouble(timeout_o)) == -1 && PyErr_Occurred())
         return NULL;
+    /* checked in RLock's order: the timeout's value first, then what the call asks of it */
+    if (Py_IS_NAN(timeout)) {
+        PyErr_SetString(PyExc_ValueError, "Invalid value NaN (not a number)");
+        return NULL;
+    }
+    /* microseconds, rounded up as RLock's: a timeout short of one still waits one */
+    double want = ceil(timeout * 1e6);
+    if (want >= (double)PY_TIMEOUT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return NULL;
+    }
     if (!blocking && timeout != -1) {
         PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
         return NULL;
@@ -1155,32 +1183,14 @@ hlock_acquire(HLock *h, PyObject *const *a, Py_ssize_t n, PyObject *kwnames)
         PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
         return NULL;
     }
-    unsigned long me = PyThread_get_thread_ident();
-    if (h->count > 0 && h->owner == me) {
-        h->count++;
-        Py_RETURN_TRUE;
-    }
-    if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
-        if (!blocking)
-            Py_RETURN_FALSE;
-        PyLockStatus got;
-        /* microseconds; a timeout past what the platform's wait takes waits without one, as -1 */
-        PY_TIMEOUT_T us = timeout < 0 || timeout * 1e6 >= (double)PY_TIMEOUT_MAX ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
-        Py_BEGIN_ALLOW_THREADS
-        got = PyThread_acquire_lock_timed(h->lock, us, 0);
-        Py_END_ALLOW_THREADS
-        if (got != PY_LOCK_ACQUIRED)
-            Py_RETURN_FALSE;
-    }
-    h->owner = me;
-    h->count = 1;
-    Py_RETURN_TRUE;
+    PY_TIMEOUT_T us = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)want;
+    return PyBool_FromLong(hlock_take(h, us));
 }
 
 static PyObject *
 hlock_enter(HLock *h, PyObject *unused)
 {
-    hlock_take(h);
+    hlock_take(h, -1);
     Py_RETURN_TRUE;
 }
 
@@ -1231,16 +1241,10 @@ static PyTypeObject HLock_type = {
 static int
 release_keeping(PyObject *lock)
 {
-    if (Py_IS_TYPE(lock, &HLock_type)) {
-        HLock *h = (HLock *)lock;
-        if (h->count > 0 && h->owner == PyThread_get_thread_ident()) {
-            if (--h->count == 0) {
-                h->owner = 0;
-                PyThread_release_lock(h->lock);
-            }
-            return 0;
-        }
-    }
+    if (Py_IS_TYPE(lock, &HLock_type) && hlock_drop((HLock *)lock) == 0)
+        return 0;
+    /* another lock, or this one no longer held by this thread (a callback under it released it): its release()
+     * and the error that raises */
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *exc = PyErr_GetRaisedException();
 #else
@@ -1273,7 +1277,7 @@ acquire_blk(PyObject *w)
 {
     PyObject *lock = attrs_get(w, s_blk);
     if (lock != NULL && Py_IS_TYPE(lock, &HLock_type)) {
-        hlock_take((HLock *)lock);
+        hlock_take((HLock *)lock, -1);
         return lock;
     }
     PyObject *got = lock == NULL ? NULL : PyObject_CallMethodNoArgs(lock, s_acquire);
@@ -1472,11 +1476,14 @@ PyInit__jput(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+#ifndef Py_GIL_DISABLED
+    /* its state is guarded by the GIL: without one the writer keeps threading.RLock */
     Py_INCREF(&HLock_type);
     if (PyModule_AddObject(m, "HandOffLock", (PyObject *)&HLock_type) < 0) {
         Py_DECREF(&HLock_type);
         Py_DECREF(m);
         return NULL;
     }
+#endif
     return m;
 }
