@@ -554,9 +554,13 @@ class DumpWriter:
 
     # ---- the writer thread ----
     def _take_buffer(self) -> list:
-        # under the lock that orders hand-offs: batches already queued come before the buffer
+        # under the lock that orders hand-offs: batches already queued come before the buffer. Its wait is bounded:
+        # the training thread may hold the lock while it waits for this thread (SIGTERM's flush run inside send()),
+        # and what that flush queued is this thread's next get, not this buffer
         out: list = []
-        with self._blk:
+        if not self._blk.acquire(timeout=_DRAIN_S):
+            return out
+        try:
             try:
                 while True:
                     out.extend(self._q.get_nowait())
@@ -564,6 +568,8 @@ class DumpWriter:
                 pass
             out.extend(self._buf)
             self._buf = []
+        finally:
+            self._blk.release()
         return out
 
     def _run(self) -> None:

@@ -1050,3 +1050,24 @@ def test_an_error_after_the_journal_took_a_record_reaches_the_caller_once(tmp_pa
         ops = [op[:2] for op in journal._ops(fh.read()) if op[0] != "open"]
     assert ops == [("construct", "k"), ("set", "k"), ("set", "j")]
     w.close()
+
+
+def test_a_flush_while_this_thread_holds_the_hand_off_lock_does_not_wait_for_the_writers_drain(tmp_path):
+    """SIGTERM's flush may run inside send(), the hand-off lock held by the training thread. The writer thread's idle
+    drain (every 50 ms) takes that lock too: it must not wait there for a thread that waits for it, but serve the
+    Flush queued meanwhile (before, the flush waited out its whole timeout, SIGTERM's 5 s)."""
+    from msprobe_inject.writer import DumpWriter, Record, post
+
+    d = str(tmp_path / "d" / "step0" / "rank0")
+    w = DumpWriter(lambda pending: None, lambda t, p: None)
+    w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+    post(w, Record, "Functional.relu.0.forward", {"output": [{"Max": 1.0}]}, None)
+    with w._blk:
+        time.sleep(0.3)  # six drain periods: the writer thread is now waiting for the lock in its drain
+        t0 = time.monotonic()
+        w.flush(timeout=20)
+        took = time.monotonic() - t0
+    assert took < 5, f"the flush waited {took:.1f} s for the writer thread"
+    with open(os.path.join(d, "dump.json"), encoding="utf-8") as fh:
+        assert "Functional.relu.0.forward" in json.load(fh)["data"]
+    w.close()
