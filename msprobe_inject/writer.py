@@ -41,7 +41,7 @@ except ImportError:
 _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
 _BATCH = 256  # events per hand-off to the writer thread
-_DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long (the documents trail by that)
+_DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long (the documents trail by about that)
 _STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
 
 

@@ -1049,7 +1049,8 @@ static PyObject *F_sig, *s_blk, *s_wstacks, *s_acquire, *s_release;
  * semantics for what the writer does with it: reentrant (a signal handler's flush on the thread inside a send),
  * owned by one thread, released by its owner only, its repr RLock's. Its state is read and changed with the GIL held
  * only; a blocking wait gives the GIL back (the holder needs it to finish). Unlike RLock's, that wait is not
- * interrupted by a signal: the holder keeps it for one hand-off, never across a blocking call. */
+ * interrupted by a signal. A holder keeps it for one hand-off, with one exception: SIGTERM's flush, run inside a send,
+ * waits for the writer thread (up to its timeout) holding it; the writer thread's own wait is bounded for that. */
 #include <pythread.h>
 
 typedef struct {
@@ -1169,9 +1170,10 @@ hlock_acquire(HLock *h, PyObject *const *a, Py_ssize_t n, PyObject *kwnames)
         PyErr_SetString(PyExc_ValueError, "Invalid value NaN (not a number)");
         return NULL;
     }
-    /* microseconds, rounded up as RLock's: a timeout short of one still waits one */
+    /* microseconds, rounded up as RLock's: a timeout short of one still waits one; too large either way (an infinite
+     * one too) overflows as RLock's conversion does, before the value's sign is looked at */
     double want = ceil(timeout * 1e6);
-    if (want >= (double)PY_TIMEOUT_MAX) {
+    if (!(fabs(want) < (double)PY_TIMEOUT_MAX)) {
         PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
         return NULL;
     }

@@ -1062,6 +1062,10 @@ def test_a_flush_while_this_thread_holds_the_hand_off_lock_does_not_wait_for_the
     w = DumpWriter(lambda pending: None, lambda t, p: None)
     w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
     post(w, Record, "Functional.relu.0.forward", {"output": [{"Max": 1.0}]}, None)
+    end = time.monotonic() + 30
+    while w._buf and time.monotonic() < end:  # the writer thread has drained once: it is in its idle loop
+        time.sleep(0.01)
+    assert not w._buf
     with w._blk:
         time.sleep(0.3)  # six drain periods: the writer thread is now waiting for the lock in its drain
         t0 = time.monotonic()
