@@ -2,7 +2,7 @@
 does not move with the machine's load (a wall-clock ratio on a shared 2-core machine spreads by 5 % and more).
 
     python benchmarks/instructions.py [--only "none;floor;L1;mix;L0"] [--iters 100] [--mode statistics]
-        [--baseline DIR] [--top 0] [--keep DIR]
+        [--baseline DIR] [--top 0] [--keep DIR] [--training-thread]
         [--ways "python api path;no backward hook;no encoding;records not sent;no stacks"]
     python benchmarks/instructions.py --only "none;module floor;L0;L0 flight;monitor"
         [--ways "no param grads;no module backward;records not sent;no encoding"]
@@ -11,7 +11,9 @@ Each configuration runs in its own process under ``valgrind --tool=callgrind --i
 and warmed up (20 iterations unrecorded, 30 recorded) uninstrumented, then instrumentation starts, the debugger starts
 a step, ``--iters`` iterations run, the debugger stops and the writer thread writes the step's documents
 (``DumpWriter.flush``), and instrumentation stops. Every thread's instructions count (the writer thread's too: it
-holds the interpreter lock the training thread waits for). Figures: instructions per iteration, and per recorded call
+holds the interpreter lock the training thread waits for). With --training-thread, the training thread's alone: the
+writer thread's 50 ms timer decides whether a step's documents are assembled inside the window, which moves the
+all-threads count by about 1 % of an L1 call from run to run. Figures: instructions per iteration, and per recorded call
 over "none" (the same loop without a tool), the calls being the configuration's forward records per iteration
 (API calls at L1, module calls at L0, both at mix). "L0 flight" and "monitor" are ``overhead.py``'s configurations of
 those names (a flight recorder of 4 steps, triggered after the count so that its records can be counted; the monitor
@@ -181,7 +183,7 @@ def _writer(debugger):
 
 
 def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, top: int, way: str = "",
-          keep: Optional[str] = None) -> dict:
+          keep: Optional[str] = None, training_thread: bool = False) -> dict:
     tag = name + ("_base" if root != ROOT else "") + way.replace(" ", "_")
     out = os.path.join(tmp, f"cg_{tag}")
     dump = os.path.join(tmp, f"dump_{tag}")
@@ -189,13 +191,18 @@ def count(name: str, mode: str, iters: int, helper: str, tmp: str, root: str, to
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONHASHSEED"] = "0"  # the same dict and set layouts in every run
-    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p",
+    # --training-thread: one output per thread, of which the window's dump (a client request from the training
+    # thread) holds the training thread's alone (callgrind dumps the requesting thread's): NAME.PID.1-01
+    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no"] + (["--separate-threads=yes"] if training_thread
+                                                                     else []) + [
+            f"--callgrind-out-file={out}.%p",
             sys.executable, os.path.join(HERE, "instructions.py"), "--worker", name, "--mode", mode,
             "--iters", str(iters), "--helper", helper, "--dump", dump, "--way", way]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"{tag}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    dumps = [os.path.join(tmp, f) for f in os.listdir(tmp) if f.startswith(f"cg_{tag}.") and f.endswith(".1")]
+    dumps = [os.path.join(tmp, f) for f in os.listdir(tmp)
+             if f.startswith(f"cg_{tag}.") and f.endswith(".1-01" if training_thread else ".1")]
     if len(dumps) != 1:
         raise RuntimeError(f"{tag}: expected one measured dump, found {dumps}")
     with open(dumps[0]) as fh:
@@ -234,6 +241,9 @@ def main() -> None:
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("--keep", default=None, help="a directory to keep each measured callgrind output in")
+    ap.add_argument("--training-thread", action="store_true",
+                    help="count the training thread alone (not the writer thread's work, whose 50 ms timer moves "
+                         "the all-threads count by about 1 %% of an L1 call from run to run)")
     ap.add_argument("--ways", default="")
     ap.add_argument("--way", default="")
     ap.add_argument("--worker", default=None)
@@ -259,22 +269,24 @@ def main() -> None:
         helper = build_helper(tmp)
         res = {}
         for n in names:
-            res[n] = count(n, a.mode, a.iters, helper, tmp, ROOT, a.top, keep=a.keep)
+            res[n] = count(n, a.mode, a.iters, helper, tmp, ROOT, a.top, keep=a.keep, training_thread=a.training_thread)
             print(f"counted {n}", file=sys.stderr, flush=True)
             if a.baseline and CONFIGS[n]:
                 res[n + "@base"] = count(n, a.mode, a.iters, helper, tmp, os.path.abspath(a.baseline), a.top,
-                                         keep=a.keep)
+                                         keep=a.keep, training_thread=a.training_thread)
                 print(f"counted {n}@base", file=sys.stderr, flush=True)
             # "python api path" first: the other ways run that path, and their "less" is against it when counted
             for w in sorted(ways, key=lambda w: w != "python api path") if CONFIGS[n] else ():
-                res[f"{n}, {w}"] = count(n, a.mode, a.iters, helper, tmp, ROOT, 0, w, keep=a.keep)
+                res[f"{n}, {w}"] = count(n, a.mode, a.iters, helper, tmp, ROOT, 0, w, keep=a.keep,
+                                         training_thread=a.training_thread)
                 ref = res.get(f"{n}, python api path") if w != "python api path" else None
                 res[f"{n}, {w}"]["less"] = (ref or res[n])["instructions"] - res[f"{n}, {w}"]["instructions"]
                 print(f"counted {n}, {w}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     none = res["none"]["instructions"]
-    print(f"\ninstructions (callgrind), {a.iters} iterations, summary mode {a.mode}")
+    print(f"\ninstructions (callgrind), {a.iters} iterations, summary mode {a.mode}, "
+          + ("the training thread alone" if a.training_thread else "all threads"))
     print(f"  {'configuration':<14}{'per iteration':>16}{'calls':>8}{'per call over none':>20}")
     for n, r in res.items():
         per = (r["instructions"] - none) / r["calls"] if r["calls"] else None
