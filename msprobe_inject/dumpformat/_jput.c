@@ -1207,9 +1207,7 @@ hlock_release(HLock *h, PyObject *unused)
 static PyObject *
 hlock_exit(HLock *h, PyObject *const *a, Py_ssize_t n)
 {
-    if (hlock_give(h) < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return hlock_release(h, NULL);
 }
 
 static PyObject *
