@@ -11,25 +11,22 @@ import sys
 import threading
 
 import pytest
-from util import clean_env
+from util import run_py
 
 _jput = pytest.importorskip("msprobe_inject.dumpformat._jput")
 HandOffLock = getattr(_jput, "HandOffLock", None)
 pytestmark = pytest.mark.skipif(HandOffLock is None, reason="a _jput built without the hand-off lock")
 
 
-def _in_child(body: str, *argv: str) -> str:
-    """body run by a fresh interpreter (HandOffLock in scope, argv its sys.argv[1:]): its output. A test whose bug is
-    a deadlock of the whole process (a signal handler's, a wait holding the GIL) fails on the timeout instead of
-    hanging the suite."""
+def _in_child(body: str, cwd: str, *argv: str) -> str:
+    """body run by a fresh interpreter (util.run_py; HandOffLock in scope, argv its sys.argv[1:]): its output. A test
+    whose bug is a deadlock of the whole process (a signal handler's, a wait holding the GIL) fails on the timeout
+    instead of hanging the suite."""
     code = "import os, signal, sys, threading\nfrom msprobe_inject.dumpformat._jput import HandOffLock\n" + body
     try:
-        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
-                              env=clean_env())
+        return run_py(code, cwd, args=argv, timeout=60).stdout
     except subprocess.TimeoutExpired:
         pytest.fail("deadlocked: the child did not end in 60 s")
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _in_thread(fn):
@@ -182,7 +179,7 @@ w._triggers_see = see
 post(w, Record, "k", {"output": [1.5]}, None)
 print(levels, not mine())
 w.close()
-""", str(tmp_path / "d"))
+""", str(tmp_path), str(tmp_path / "d"))
     assert out.split() == ["['2']", "True"]
 
 
@@ -203,7 +200,7 @@ except RuntimeError as exc:
 print(not mine(), w._blk.acquire(timeout=5))
 w._blk.release()
 w.close()
-""", str(tmp_path / "d"))
+""", str(tmp_path), str(tmp_path / "d"))
     assert out.split() == ["True", "True", "True"]
 
 
@@ -236,7 +233,7 @@ def test_threads_take_turns():
         sys.setswitchinterval(old)
 
 
-def test_a_signal_handler_on_the_owning_thread_takes_it_again():
+def test_a_signal_handler_on_the_owning_thread_takes_it_again(tmp_path):
     """SIGTERM's flush runs on the training thread, possibly inside a send that holds the lock: the handler's
     acquisition is reentrant, not a deadlock. The handler is set here, not inherited."""
     out = _in_child("""
@@ -254,11 +251,11 @@ with lock:
         if seen:
             break
 print(seen == [signal.SIGUSR1], repr(lock).startswith("<unlocked"))
-""")
+""", str(tmp_path))
     assert out.split() == ["True", "True"]
 
 
-def test_a_waiting_thread_gives_the_gil_back():
+def test_a_waiting_thread_gives_the_gil_back(tmp_path):
     """A thread that waits for the lock lets the holder run Python to its release (a wait holding the GIL would hang
     the process)."""
     out = _in_child("""
@@ -280,7 +277,7 @@ with lock:
         x += i
 t.join(10)
 print(not t.is_alive(), done == [1])
-""")
+""", str(tmp_path))
     assert out.split() == ["True", "True"]
 
 
