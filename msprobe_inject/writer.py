@@ -325,8 +325,18 @@ class DumpWriter:
                 untrack(ev)
             self._buf.append(ev)
             if push or len(self._buf) >= _BATCH:
-                buf, self._buf = self._buf, []
-                self._q.put(buf)
+                self._hand_buffer()
+
+    def _hand_buffer(self) -> None:
+        """The buffer to the writer thread's queue, under the hand-off lock. The new list is made before the buffer is
+        taken: its allocation may run a collection whose Python code (a finalizer, a gc callback, the SIGTERM
+        handler's flush) hands the buffer off itself. The buffer read after it is the one that code left, queued once,
+        and only when it holds an event (_jput.c hand_off does the same)."""
+        fresh: list = []
+        buf = self._buf
+        self._buf = fresh
+        if buf:
+            self._q.put(buf)
 
     def _journal(self, ev: Any, t: type) -> Any:
         pending = ev.pending
@@ -390,11 +400,13 @@ class DumpWriter:
                 self._jbuf.append(journal.frame(("stack", key, sid)))
                 if self._held:  # as send() does with a Stack: a held step's stacks are its journal's alone
                     return
-            buf = self._buf  # send()'s queueing of a Stack, under the lock this holds
-            buf.append(made(Stack, (key, known[1])))  # without the named tuple's Python __new__ (a frame)
+            # send()'s queueing of a Stack, under the lock this holds; the event made (without the named tuple's
+            # Python __new__, a frame) before the buffer is read: its allocation may hand the buffer off
+            ev = made(Stack, (key, known[1]))
+            buf = self._buf
+            buf.append(ev)
             if len(buf) >= _BATCH:
-                self._buf = []
-                self._q.put(buf)
+                self._hand_buffer()
 
     def _py_sig(self, f: Any) -> tuple:
         """The stack signature without the C extension: code ids and offsets down the stack. A loop's calls share
@@ -566,8 +578,10 @@ class DumpWriter:
                     out.extend(self._q.get_nowait())
             except queue.Empty:
                 pass
-            out.extend(self._buf)
-            self._buf = []
+            fresh: list = []  # made first, as in _hand_buffer
+            buf = self._buf
+            self._buf = fresh
+            out.extend(buf)
         finally:
             self._blk.release()
         return out

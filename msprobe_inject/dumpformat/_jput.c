@@ -769,21 +769,36 @@ hand_off(PyObject *w, PyObject *ev, PyObject *push)
     if (pushed < 0)
         goto out;
     if (pushed || PyList_GET_SIZE(buf) >= batch_n) {
+        /* The new list is made before the buffer is taken (DumpWriter._hand_buffer in Python): its allocation may run
+         * a collection whose Python code (a finalizer, a gc callback, the SIGTERM handler's flush) hands the buffer
+         * off itself. The buffer read after it is the one that code left, queued once, and only when it holds an
+         * event: the list read before would be queued a second time, and the events added meanwhile dropped. */
         PyObject *fresh = PyList_New(0);
         if (fresh == NULL)
             goto out;
-        int set = attrs_set(w, s_buf, fresh);
+        Py_DECREF(buf);
+        buf = attrs_get(w, s_buf);
+        if (buf == NULL) {
+            Py_DECREF(fresh);
+            return -1;
+        }
+        int set = PyList_CheckExact(buf) ? attrs_set(w, s_buf, fresh) : -1;
         Py_DECREF(fresh);
-        if (set < 0)
+        if (set < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "writer._buf is not a list");
             goto out;
-        PyObject *q = attrs_get(w, s_q);
-        if (q == NULL)
-            goto out;
-        PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
-        Py_DECREF(q);
-        if (r == NULL)
-            goto out;
-        Py_DECREF(r);
+        }
+        if (PyList_GET_SIZE(buf)) {
+            PyObject *q = attrs_get(w, s_q);
+            if (q == NULL)
+                goto out;
+            PyObject *r = PyObject_CallMethodOneArg(q, s_put, buf);
+            Py_DECREF(q);
+            if (r == NULL)
+                goto out;
+            Py_DECREF(r);
+        }
     }
     rc = 0;
 out:
