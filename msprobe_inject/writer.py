@@ -333,8 +333,7 @@ class DumpWriter:
         handler's flush) hands the buffer off itself. The buffer read after it is the one that code left, queued once,
         and only when it holds an event (_jput.c hand_off does the same)."""
         fresh: list = []
-        buf = self._buf
-        self._buf = fresh
+        buf, self._buf = self._buf, fresh  # one line: a tracer's line event between the two may allocate
         if buf:
             self._q.put(buf)
 
@@ -403,9 +402,8 @@ class DumpWriter:
             # send()'s queueing of a Stack, under the lock this holds; the event made (without the named tuple's
             # Python __new__, a frame) before the buffer is read: its allocation may hand the buffer off
             ev = made(Stack, (key, known[1]))
-            buf = self._buf
-            buf.append(ev)
-            if len(buf) >= _BATCH:
+            self._buf.append(ev)
+            if len(self._buf) >= _BATCH:
                 self._hand_buffer()
 
     def _py_sig(self, f: Any) -> tuple:
@@ -579,8 +577,7 @@ class DumpWriter:
             except queue.Empty:
                 pass
             fresh: list = []  # made first, as in _hand_buffer
-            buf = self._buf
-            self._buf = fresh
+            buf, self._buf = self._buf, fresh
             out.extend(buf)
         finally:
             self._blk.release()

@@ -1020,7 +1020,7 @@ def test_a_collection_inside_the_c_send_finds_the_waiting_frames_as_the_python_s
 
 
 _HAND_OFF_UNDER_COLLECTION = """
-import gc, json, sys, time
+import gc, json, sys, threading, time
 
 from msprobe_inject import writer
 from msprobe_inject.writer import DumpWriter, Record
@@ -1033,36 +1033,40 @@ elif (writer._csend if path == "send" else writer._cstack) is None:
     sys.exit(0)
 
 
-class Collecting:  # the writer's queue, keeping each list put in it: no thread reads it
+class Collecting:  # the writer's queue, keeping each list put in it: its thread waits without allocating
     def __init__(self, into):
         self.into = into
+        self.parked = threading.Event()
 
     def put(self, item, block=True, timeout=None):
         self.into.append(item)
 
-    def get(self, block=True, timeout=None):  # the writer thread's wait: nothing comes
-        time.sleep(timeout or 0.05)
+    def get(self, block=True, timeout=None):
+        self.parked.wait()
         raise writer.queue.Empty
 
     def get_nowait(self):
         raise writer.queue.Empty
 
 
-inside = 0
+main = threading.get_ident()
+inside = missed = 0
+w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
+w.open_step(f"{root}/t/step0/rank0", {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": root})
+had, w._q, w._take_buffer = w._q, Collecting([]), list
+time.sleep(0.2)  # the writer thread's wait on the queue it had ends (it polls every 50 ms): it parks in ours
 for nth in range(64):
     a, k = divmod(nth, 4)
     a -= 1  # -1: before the call
-    w = DumpWriter(lambda pending: None, lambda t, p: None, keep_journal=True)
     w.open_step(f"{root}/t{nth}/step0/rank0", {"task": "statistics", "level": "mix", "dump_data_dir": None,
                                               "_root": root})
-    batches = []
-    had, w._q, w._take_buffer = w._q, Collecting(batches), list
-    time.sleep(0.01)  # a drain already past its look-up of _take_buffer finishes with the buffer from before
+    batches = w._q.into = []
     inner = Record("inner", {"output": [1]}, None)
+    later = Record("later", {"output": [3]}, None)  # sent after the hand-off, not pushed: waits in the new buffer
     armed, seen, kept = [False], [0], []
 
-    def callback(phase, info, w=w, armed=armed, inner=inner, seen=seen, kept=kept, a=a, k=k):
-        if not armed[0]:
+    def callback(phase, info, w=w, armed=armed, inner=inner, later=later, seen=seen, kept=kept, a=a, k=k):
+        if not armed[0] or threading.get_ident() != main:
             return
         if phase == "stop" and seen[0] == a + 1:
             kept.extend([] for _ in range(k))  # tracked: the count starts again at k
@@ -1071,6 +1075,7 @@ for nth in range(64):
             if seen[0] == a + 2:
                 armed[0] = False
                 w.send(inner, push=True)
+                w.send(later)
 
     def outer(w=w):
         if path == "send":
@@ -1079,7 +1084,7 @@ for nth in range(64):
             w.stack("outer", 0)
 
     before = gc.get_threshold()
-    before_batches = 0
+    before_batches = 0  # Open stays in the buffer: the stack's first call may hand one batch off
     # a stack's first sight formats it: the call measured, from the same line, finds it known
     for go in (False, True) if path == "stack" else (True,):
         if go:
@@ -1087,7 +1092,8 @@ for nth in range(64):
                 w._buf[:] = [object() for _ in range(writer._BATCH - 1)]  # its Stack fills the batch
             before_batches = len(batches)
             gc.collect()
-            # the lists' free list emptied, and kept so: a list taken from it is no allocation the collector counts
+            # the lists' free list emptied (a list taken from it is no allocation the collector counts); the call
+            # frees no list before its hand-off
             drained = [[] for _ in range(200)]
             gc.collect()
             gc.callbacks.append(callback)
@@ -1107,7 +1113,8 @@ for nth in range(64):
     assert len({id(ev) for ev in events}) == len(events), (nth, "an event queued twice")
     ran = not armed[0]  # the call may end before that collection
     armed[0] = False
-    assert sum(ev is inner for ev in events) == ran, nth
+    assert sum(ev is inner for ev in events) == ran and sum(ev is later for ev in events) == ran, (nth, "dropped")
+    missed += not ran
     outer_ev = [ev for ev in events if getattr(ev, "key", None) == "outer"][-1]
     got = [b for b in batches[before_batches:] if any(ev is inner for ev in b)]
     assert all(b[-1] is inner for b in got), (nth, "an event joined a batch after its hand-off")
@@ -1115,9 +1122,12 @@ for nth in range(64):
         inside += 1
     if path == "stack":
         assert sum(type(ev) is object for ev in events) == writer._BATCH - 1, nth
-    w._q, w._buf = had, []
-    del w._take_buffer
-    w.close()
+    w._buf = []  # Open, never handed off, goes with the rest
+w._q.parked.set()
+w._q = had
+del w._take_buffer
+w.close()
+assert missed, "every collection swept landed inside the call: the sweep may not reach its end"
 print(json.dumps(inside))
 """
 
@@ -1127,12 +1137,13 @@ print(json.dumps(inside))
 def test_a_collection_inside_a_hand_off_queues_each_batch_once(tmp_path, way, path):
     """A batch goes to the writer thread when it is full or pushed: the buffer is swapped for a new list and queued. An
     allocation in the call (the new list's, or the event's) may start a collection (on Python 3.9-3.11 at once) whose
-    Python code sends an event itself and hands the same buffer off (the SIGTERM handler's flush). Here a collection
-    every other net allocation; after the call's a-th (or before the call), k objects kept raise the count, and the
-    callback sends at the next: over a and k, the collections land at every instant of the call, the hand-off's
-    allocation included. Whatever the instant: each event is queued once, no list twice, none is dropped, and none
-    joins a list already queued. Both ways of sending, for a record (pushed) and for a stack (filling the batch). In a
-    fresh interpreter: where the collections land depends on what the process did before (its free lists, caches)."""
+    Python code sends events itself and hands the same buffer off (the SIGTERM handler's flush), then sends one more
+    into the new buffer. Here a collection every other net allocation; after the call's a-th (or before the call), k
+    objects kept raise the count, and the callback sends at the next: over a and k the collections land from the
+    call's start to past its end, inside the hand-off at least once. Whatever the instant: each event is queued once,
+    no list twice, none is dropped, and none joins a list already queued. Both ways of sending, for a record (pushed)
+    and for a stack (filling the batch). In a fresh interpreter: where the collections land depends on what the
+    process did before (its free lists, caches)."""
     out = run_py(_HAND_OFF_UNDER_COLLECTION, str(tmp_path), args=(way, path, str(tmp_path / "d")), timeout=120)
     inside = json.loads(out.stdout.strip().splitlines()[-1])
     if inside == "skip":
