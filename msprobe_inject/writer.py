@@ -327,13 +327,17 @@ class DumpWriter:
             if push or len(self._buf) >= _BATCH:
                 self._hand_buffer()
 
-    def _hand_buffer(self) -> None:
-        """The buffer to the writer thread's queue, under the hand-off lock. The new list is made before the buffer is
-        taken: its allocation may run a collection whose Python code (a finalizer, a gc callback, the SIGTERM
-        handler's flush) hands the buffer off itself. The buffer read after it is the one that code left, queued once,
-        and only when it holds an event (_jput.c hand_off does the same)."""
+    def _swap_buffer(self) -> list:
+        """The buffer, taken under the hand-off lock and replaced by a new list made before it is read: the allocation
+        may run a collection whose Python code (a finalizer, a gc callback, the SIGTERM handler's flush) hands the
+        buffer off itself. The buffer read after it is the one that code left (_jput.c hand_off does the same)."""
         fresh: list = []
         buf, self._buf = self._buf, fresh  # one line: a tracer's line event between the two may allocate
+        return buf
+
+    def _hand_buffer(self) -> None:
+        """The buffer to the writer thread's queue, once, and only when it holds an event."""
+        buf = self._swap_buffer()
         if buf:
             self._q.put(buf)
 
@@ -576,9 +580,7 @@ class DumpWriter:
                     out.extend(self._q.get_nowait())
             except queue.Empty:
                 pass
-            fresh: list = []  # made first, as in _hand_buffer
-            buf, self._buf = self._buf, fresh
-            out.extend(buf)
+            out.extend(self._swap_buffer())
         finally:
             self._blk.release()
         return out
