@@ -1186,6 +1186,75 @@ def test_an_error_after_the_journal_took_a_record_reaches_the_caller_once(tmp_pa
     w.close()
 
 
+def _until(cond, what: str, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, what
+        time.sleep(0.005)
+
+
+def test_the_idle_drain_leaves_records_to_their_batch_and_takes_what_needs_the_writer(tmp_path):
+    """The writer thread's timed drain (every writer._DRAIN_S) takes the buffer only when something in it needs the
+    writer before the batch fills or a flush pushes it: records alone stay (journaled already; taken mid-step, they
+    made the writer run among torch's parallel regions), a step's open and statistics still to read are taken (those
+    read) within a drain. What stays is written at the flush."""
+    from msprobe_inject.writer import DumpWriter, Record, post
+
+    read: list = []
+    d = str(tmp_path / "d" / "step0" / "rank0")
+    w = DumpWriter(lambda pending: read.extend(pending), lambda t, p: None)
+    w.open_step(d, {"task": "statistics", "level": "mix", "dump_data_dir": None, "_root": str(tmp_path / "d")})
+    _until(lambda: not w._buf, "the step's open was not taken by a drain")
+    assert os.path.isfile(os.path.join(d, "dump.json"))  # its empty documents, as msprobe's start() leaves them
+    drains = [0]
+    real = w._take_buffer
+
+    def counted():
+        try:
+            return real()
+        finally:
+            drains[0] += 1
+
+    w._take_buffer = counted
+    try:
+        keys = [f"Functional.relu.{i}.forward" for i in range(3)]
+        for k in keys:
+            post(w, Record, k, {"output": [{"Max": 1.0}]}, None)
+        _until(lambda: drains[0] >= 3, "the writer thread did not drain")
+        # two drains at least ran after the records were buffered (one thread runs them in turn)
+        assert [ev.key for ev in w._buf] == keys, "a drain took records that nothing asked the writer for"
+        token = object()
+        post(w, Record, "Functional.exp.0.forward", {"output": [{"Max": 1.0}]}, [(token, "unread")])
+        _until(lambda: not w._buf, "statistics still to read were left in the buffer")
+        _until(lambda: read, "statistics still to read were not read")
+        assert read[0][0] is token
+    finally:
+        del w._take_buffer
+    w.flush(timeout=20)
+    with open(os.path.join(d, "dump.json"), encoding="utf-8") as fh:
+        assert set(json.load(fh)["data"]) == {*keys, "Functional.exp.0.forward"}
+    w.close()
+
+
+def test_drain_wanted_by_the_buffer_s_events_and_always_for_a_flight_recorder():
+    """writer._drain_wanted over each kind of event; a flight recorder's drain takes records alone too (its triggers
+    watch them as they come)."""
+    from msprobe_inject.writer import Construct, DumpWriter, Link, Merge, Open, Record, Rename, Stack, _drain_wanted
+
+    rec = Record("k", {}, None)
+    assert not _drain_wanted([])
+    assert not _drain_wanted([rec, Merge("k", {}, None, False), Stack("k", ("a",)), Construct("k", None)])
+    assert _drain_wanted([rec, Record("k", {}, [(0, "unread")])])
+    assert _drain_wanted([rec, Merge("k", {}, [(0, "unread")], True)])
+    for other in (Open("d", {}, "dump", None, False), Rename("a", "b"), Link("a", "b")):
+        assert _drain_wanted([rec, other]), type(other).__name__
+    w = DumpWriter(lambda pending: None, lambda t, p: None)  # no step opened: no writer thread to race
+    w._buf.append(rec)
+    assert w._take_buffer() == [] and w._buf == [rec]
+    w.flight = object()
+    assert w._take_buffer() == [rec] and w._buf == []
+
+
 def test_a_flush_while_this_thread_holds_the_hand_off_lock_does_not_wait_for_the_writers_drain(tmp_path):
     """SIGTERM's flush may run inside send(), the hand-off lock held by the training thread. The writer thread's idle
     drain (every 50 ms) takes that lock too: it must not wait there for a thread that waits for it, but serve the
