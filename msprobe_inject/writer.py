@@ -41,7 +41,7 @@ except ImportError:
 _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
 _BATCH = 256  # events per hand-off to the writer thread
-_DRAIN_S = 0.05  # the writer also takes a buffer that needs it (_drain_wanted) after this long
+_DRAIN_S = 0.05  # the writer also takes whatever is buffered after this long (the documents trail by about that)
 _STACK_SKIP = ("msprobe_inject" + os.sep, "msprobe" + os.sep + "core", "msprobe" + os.sep + "pytorch")
 
 
@@ -220,25 +220,6 @@ class _OpenStep:
     @property
     def step(self) -> Optional[int]:
         return self.records.header.get("_step")
-
-
-def _drain_wanted(buf: list) -> bool:
-    """Whether the writer thread's timed drain takes the buffer before it fills or is pushed: when it holds device
-    statistics still to read (read and journaled within _DRAIN_S, their buffers freed) or an event other than a
-    record, stack or module place (a step's open and its empty files, a rename, a link: msprobe's timing). Records
-    alone wait: the journal holds them already, and the documents are written at stop() whenever they arrive.
-    Taken in the middle of a step, they made the writer run among torch's parallel regions, where its time slice
-    and its hold on the interpreter lock hold up the training thread (benchmarks/writer_drain.py); at stop() the
-    training thread waits for it anyway. A flight recorder's drain takes every buffer (_take_buffer): its triggers
-    watch the records as they come."""
-    for ev in buf:
-        t = type(ev)
-        if t is Record or t is Merge:
-            if ev.pending:
-                return True
-        elif t is not Stack and t is not Construct:
-            return True
-    return False
 
 
 class DumpWriter:
@@ -599,8 +580,7 @@ class DumpWriter:
                     out.extend(self._q.get_nowait())
             except queue.Empty:
                 pass
-            if self.flight is not None or _drain_wanted(self._buf):
-                out.extend(self._swap_buffer())
+            out.extend(self._swap_buffer())
         finally:
             self._blk.release()
         return out
@@ -612,7 +592,8 @@ class DumpWriter:
             try:
                 batch = list(self._q.get(timeout=_DRAIN_S))
             except queue.Empty:
-                # a buffer that needs the writer now is taken even when no batch fills up (_drain_wanted)
+                # what the training thread produced in the last 50 ms is taken even when no batch fills
+                # up: device statistics are read (and journaled) within that much
                 batch = self._take_buffer()
                 if not batch:
                     continue
