@@ -1143,9 +1143,15 @@ def test_a_collection_inside_a_hand_off_queues_each_batch_once(tmp_path, way, pa
     call's start to past its end, inside the hand-off at least once. Whatever the instant: each event is queued once,
     no list twice, none is dropped, and none joins a list already queued. Both ways of sending, for a record (pushed)
     and for a stack (filling the batch). In a fresh interpreter: where the collections land depends on what the
-    process did before (its free lists, caches)."""
-    out = run_py(_HAND_OFF_UNDER_COLLECTION, str(tmp_path), args=(way, path, str(tmp_path / "d")), timeout=120)
-    inside = json.loads(out.stdout.strip().splitlines()[-1])
+    process did before (its free lists, caches). Each sweep checks every instant it reaches; only the coverage (a
+    collection inside the hand-off at least once) is asked of up to three sweeps, each in a fresh interpreter: one in
+    a full suite's run found none (passed alone before and after, and in the suite's next run)."""
+    for attempt in range(3):
+        out = run_py(_HAND_OFF_UNDER_COLLECTION, str(tmp_path), args=(way, path, str(tmp_path / f"d{attempt}")),
+                     timeout=120)
+        inside = json.loads(out.stdout.strip().splitlines()[-1])
+        if inside or sys.version_info >= (3, 12):
+            break
     if inside == "skip":
         pytest.skip("the C send is not built here")
     # 3.12 runs a collection at the next check of the interpreter's eval breaker, not inside the allocation
