@@ -88,29 +88,30 @@ def train_step(model, opt, ids, debugger) -> None:
         debugger.step()
 
 
-def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> None:
+def make_debugger(tool: str, settings: dict, dump: str):
+    """The debugger a worker of ``tool`` runs with (None for no tool, or the tool imported and nothing started),
+    dumping to dump."""
     dbg = None
     if tool in ("ours", "loaded"):
         import msprobe_inject.pytorch as dbg  # noqa: F811
     elif tool in ("msprobe", "msprobe-off"):
         import msprobe.pytorch as dbg  # type: ignore  # noqa: F811
-    debugger = None
-    if tool in ("ours", "msprobe"):
-        cfg = {"task": settings.get("task", "statistics"), "dump_path": dump, "level": settings["level"]}
-        section = {"summary_mode": settings["summary_mode"]} if "summary_mode" in settings else {}
-        cfg[cfg["task"]] = section
-        for key in ("fsync", "flight_recorder", "preset"):
-            if key in settings:
-                cfg[key] = settings[key]
-        path = os.path.join(dump + ".json")
-        with open(path, "w") as fh:
-            json.dump(cfg, fh)
-        debugger = dbg.PrecisionDebugger(config_path=path)
-    elif tool == "loaded":
-        debugger = None  # imported, nothing started
-    elif tool == "msprobe-off":
-        debugger = None
+    if tool not in ("ours", "msprobe"):
+        return None
+    cfg = {"task": settings.get("task", "statistics"), "dump_path": dump, "level": settings["level"]}
+    section = {"summary_mode": settings["summary_mode"]} if "summary_mode" in settings else {}
+    cfg[cfg["task"]] = section
+    for key in ("fsync", "flight_recorder", "preset"):
+        if key in settings:
+            cfg[key] = settings[key]
+    path = os.path.join(dump + ".json")
+    with open(path, "w") as fh:
+        json.dump(cfg, fh)
+    return dbg.PrecisionDebugger(config_path=path)
 
+
+def worker(tool: str, settings: dict, steps: int, warmup: int, dump: str) -> None:
+    debugger = make_debugger(tool, settings, dump)
     model, opt, ids = gpt2()
     times = []
     clock = time.process_time if os.environ.get("OVERHEAD_CLOCK") == "cpu" else time.perf_counter
