@@ -181,3 +181,63 @@ def test_a_lazy_negative_or_conjugate_view_is_not_its_bases_entry(summary):
     z = torch.randn(64, 96, dtype=torch.complex64)
     for value in ([x, torch._neg_view(x), x], [torch._neg_view(x), x], [z, z.conj(), z.conj().imag, z.imag]):
         assert _text(enc, value, True) == _text(ref, value, False)
+
+
+MONITOR = PREAMBLE + """
+cfg_path = sys.argv[2] + ".json"
+json.dump({"dump_path": sys.argv[2], "level": "L0", "preset": "monitor", "stat_cache": sys.argv[1] == "on"},
+          open(cfg_path, "w"))
+debugger = PrecisionDebugger(config_path=cfg_path)
+
+
+class Doubled(nn.Module):  # its child's output, changed in place: the same object at a new version
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(96, 96)
+
+    def forward(self, x):
+        y = self.fc(x)
+        y.mul_(2.0)
+        return y
+
+
+class Viewed(nn.Module):  # its child's output as another object over the same memory
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(96, 96)
+
+    def forward(self, x):
+        return self.fc(x).view(-1, 96)
+
+
+# a container's output is its last child's: the same tensor recorded again
+model = nn.Sequential(nn.Sequential(nn.Linear(96, 96), nn.ReLU()), Doubled(), Viewed(), nn.Sequential(nn.Tanh()))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    debugger.start(model=model)
+    for _ in range(2):  # the same objects' memory freed and taken again by the next call's tensors
+        model(torch.randn(512, 96)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    debugger.stop()
+    debugger.step()
+from msprobe_inject.pytorch import PrecisionDebugger
+print("HITS", PrecisionDebugger.get_runtime().encoder.cache.hits)
+"""
+
+
+def test_the_monitors_norm_of_a_tensor_recorded_again_is_the_one_a_run_without_the_memo_reads(tmp_path):
+    """The monitor preset reads a large tensor's Norm once where nested modules return the same tensor; the same
+    object after an in-place op, another object over the same memory and memory freed and taken again are read."""
+    hits = int(run_py(MONITOR, str(tmp_path), args=("on", "memo")).stdout.split("HITS")[1])
+    assert hits >= 3 * 2 * 2, "the memo was not used"  # per call: the first Sequential's and the model's output
+    assert int(run_py(MONITOR, str(tmp_path), args=("off", "no_memo")).stdout.split("HITS")[1]) == 0
+    for step in range(3):
+        a = load_dump(str(tmp_path / "memo"), step=step)["data"]
+        b = load_dump(str(tmp_path / "no_memo"), step=step)["data"]
+        assert list(a) == list(b) and a == b, step
+        for i in range(2):
+            norm = {k.split(".forward")[0]: v["output"][0]["Norm"] for k, v in a.items() if k.endswith(f"forward.{i}")}
+            assert norm["Module.1.Doubled"] == 2 * norm["Module.1.fc.Linear"]
+            assert norm["Module.0.Sequential"] == norm["Module.0.1.ReLU"]
+            assert norm["Module.2.Viewed"] == norm["Module.2.fc.Linear"]
