@@ -1571,81 +1571,6 @@ cache_put(PyObject *cache, PyObject *entries, PyObject *key, PyObject *t, PyObje
     PyErr_Clear();
 }
 
-/* ---- the monitor preset's norms (MODE_NORM, no statistics cache: its records hold no inputs) ----
- * A tensor's Norm is recorded again where nested modules return the same tensor: a container's output is its last
- * child's (nn.Sequential, a transformer's MLP and attention blocks, a model returning its head's logits). The last
- * NORM_MEMO large tensors read are held with their address, length and version: the same object at the same memory
- * and version holds the same values, whose Norm is the one read (as the statistics cache's lookups, writes through
- * ``.data`` bypass the version and are not seen; ``stat_cache: false`` turns both off). Plain tensors only (see
- * tensor_entry). Used and changed only with the GIL held; cleared with the statistics cache at every step boundary,
- * which lets the tensors go. */
-#define NORM_MEMO 2
-static struct {
-    PyObject *t; /* the tensor object, held: its memory cannot be another's while it is here */
-    const float *p;
-    Py_ssize_t n;
-    long long version;
-    double q; /* the sum of squares read */
-} norm_memo[NORM_MEMO];
-static int norm_memo_next;
-
-static void
-norm_memo_clear(void)
-{
-    for (int i = 0; i < NORM_MEMO; i++) {
-        Py_CLEAR(norm_memo[i].t);
-        norm_memo[i].p = NULL;
-    }
-    norm_memo_next = 0;
-}
-
-/* t's version, -1 when it cannot be read */
-static long long
-version_of(PyObject *t)
-{
-    PyObject *v = tget(t, A_VERSION);
-    long long got = v != NULL ? PyLong_AsLongLong(v) : -1;
-    Py_XDECREF(v);
-    if (got < 0) {
-        PyErr_Clear();
-        return -1;
-    }
-    return got;
-}
-
-/* 1 and *q: t's sum of squares was read at this memory and version */
-static int
-norm_memo_get(PyObject *cache, PyObject *t, const float *p, Py_ssize_t n, double *q)
-{
-    for (int i = 0; i < NORM_MEMO; i++) {
-        if (norm_memo[i].t == t && norm_memo[i].p == p && norm_memo[i].n == n) {
-            if (norm_memo[i].version != version_of(t))
-                return 0;
-            *q = norm_memo[i].q;
-            counter_add(cache, S_hits, 1);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static void
-norm_memo_put(PyObject *t, const float *p, Py_ssize_t n, double q)
-{
-    long long version = version_of(t);
-    if (version < 0)
-        return;
-    int i = norm_memo_next;
-    norm_memo_next = (i + 1) % NORM_MEMO;
-    PyObject *old = norm_memo[i].t;
-    norm_memo[i].t = NEW_REF(t);
-    norm_memo[i].p = p;
-    norm_memo[i].n = n;
-    norm_memo[i].version = version;
-    norm_memo[i].q = q;
-    Py_XDECREF(old); /* last: a tensor's release may run Python code (a finaliser), the slot whole before it */
-}
-
 /* An entry's shape: a list of ints, which the garbage collector need not follow (no list of ints is in a cycle).
  * Untracked, it leaves its entry dict untracked too (a dict of atomic values and untracked containers stays so
  * until something tracked is put in it): a record's body then costs the collector nothing while it waits for the
@@ -2046,18 +1971,11 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
         }
     } else if (mode == MODE_NORM) { /* {type, dtype, shape, Max, Min, Mean: null, Norm, requires_grad} */
         double q = 0.0, norm;
-        /* the encoder passes its cache here only for this memo. Not a Parameter: FSDP2 frees an unsharded one by
-         * resizing its storage away and copies the next all-gather into the same object, memory and version */
-        int memo = large && cache != Py_None && (PyObject *)Py_TYPE(t) == E.tensor;
         if (scalar) {
             norm = *p; /* a 0-d tensor's figures are its value */
-        } else if (memo && norm_memo_get(cache, t, p, n, &q)) {
-            norm = sqrt(q);
         } else {
             q = sumsq(p, n, threads);
             norm = sqrt(q);
-            if (memo && isfinite(q))
-                norm_memo_put(t, p, n, q);
         }
         if (isfinite(q) && compact) {
             double fig[4] = {0.0, 0.0, 0.0, norm};
@@ -2457,13 +2375,6 @@ fastats_use_omp(PyObject *self, PyObject *arg)
 #endif
 }
 
-static PyObject *
-fastats_norm_memo_clear(PyObject *self, PyObject *unused)
-{
-    norm_memo_clear();
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
     {"use_omp", fastats_use_omp, METH_O,
      "use_omp(path or None): f32_mean shares large reads with the OpenMP team of the loaded libgomp at path"},
@@ -2487,9 +2398,6 @@ static PyMethodDef methods[] = {
      "uncached) and scalars encoded here, the rest by fallback; NotImplemented for another value. "
      "entries(ctx, value, pending) with ctx = (fallback, mode, threads, cache) is the same call, threads an int or "
      "a function giving torch's thread count, called only for a tensor whose figures depend on it"},
-    {"norm_memo_clear", fastats_norm_memo_clear, METH_NOARGS,
-     "norm_memo_clear(): forget the Norms the monitor preset's entries keep for a tensor recorded again (a step "
-     "boundary, with the statistics cache)"},
     {"cache_setup", fastats_cache_setup, METH_VARARGS,
      "cache_setup(READY, storage_refs[, constants]): the final kind and whether a storage's Python object lives as "
      "long as the storage, for the statistics cache entries looks up and fills; the figures of broadcast tensors by "

@@ -66,10 +66,6 @@ try:  # a whole value's entries in one call (a kernel built before it lacks the 
     from .._fastats import entries_setup as _fast_entries_setup
 except ImportError:  # pragma: no cover - the Python encoder alone
     _fast_entries = _fast_entries_setup = _fast_cache_setup = None
-try:  # the monitor's Norms of a tensor recorded again (a kernel built before it lacks the memo)
-    from .._fastats import norm_memo_clear as _norm_memo_clear
-except ImportError:  # pragma: no cover - nothing kept to clear
-    _norm_memo_clear = None
 try:  # a tensor's metadata from its TensorImpl (the C++ node hooks' build), where both are built
     from .._fastats import set_meta as _fast_set_meta
 except ImportError:  # pragma: no cover - torch's Python getters
@@ -451,8 +447,6 @@ class StatCache:
 
     def clear(self) -> None:
         self.entries.clear()
-        if _norm_memo_clear is not None:
-            _norm_memo_clear()  # the C call's memo of the monitor's Norms, by the same rule
 
 
 def _storage_objects_live() -> bool:
@@ -885,9 +879,6 @@ class Encoder(entries.EncoderBase):
         # a value recurs within a step as the input of a later call (an output passed on, a gradient handed back):
         # without inputs in the records, looking every tensor up costs more than the few repeats it saves
         self.use_cache = cfg.stat_cache and cfg.inputs_recorded
-        # the monitor's Norms alone: a tensor recurs where nested modules return the same one, which the C call's
-        # memo of the last few tensors read finds (given the cache, which it counts in) without a lookup per tensor
-        self._norm_memo = self.norm_only and cfg.stat_cache
         # the common value (small CPU float32 tensors and scalars) in one C call; its entries are _enc's
         self._entries = _fast_entries if self.summary in _ENTRY_MODES and not (self.structure or self.high) \
             and use_fast_entries() else None
@@ -902,7 +893,7 @@ class Encoder(entries.EncoderBase):
         where use_cache or _large change. torch's thread count goes as its function, which the C asks only of a
         tensor whose statistics depend on it."""
         threads = _num_threads if self._large else 0
-        cache = self.cache if self.use_cache or self._norm_memo else None
+        cache = self.cache if self.use_cache else None
         # the entries the C makes are C values (dumpformat/_entry.h), not dicts of float objects: the journal's and
         # the writer's C write them as those dicts, and Python reads them as those dicts
         mode = self._entry_mode | _COMPACT
