@@ -8,7 +8,8 @@ and imports, as in ``overhead.py``): each cycle's ratio (the configuration's ste
 cycle) sees the same machine. The order within a cycle turns by one process every cycle and is reversed every
 other, so no process always follows or precedes another. A second process without the tool ("none again") is
 measured like the others: its ratio to no tool is this harness's own error, the figure every other ratio is
-read against (an A/A check).
+read against (an A/A check). Each process keeps a speed of its own over a set, so each configuration's ratio is
+also given over both no-tool processes (each cycle's mean of their two steps).
 
     python benchmarks/lockstep.py [--sets 3] [--steps 60] [--warmup 4] [--only "L0 flight;monitor"]
                                   [--baseline DIR]
@@ -31,13 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from overhead import BASE_SUFFIX, CONFIGS  # noqa: E402
+from overhead import BASE_SUFFIX, CONFIGS, _quartiles  # noqa: E402
 
 AGAIN = "none again"
 
@@ -127,11 +128,6 @@ def run_set(names: List[str], steps: int, warmup: int, baseline: str, tmp: str) 
             p.close()
 
 
-def quartiles(xs: List[float]) -> Tuple[float, float, float]:
-    q = statistics.quantiles(xs, n=4) if len(xs) >= 4 else [statistics.median(xs)] * 3
-    return q[0], q[1], q[2]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", type=int, default=3)
@@ -157,6 +153,10 @@ def main() -> None:
         names += [n + BASE_SUFFIX for n in wanted if CONFIGS[n][0] == "ours"]
     ratios: Dict[str, List[float]] = {n: [] for n in names[1:]}
     per_set: Dict[str, List[float]] = {n: [] for n in names[1:]}
+    # over both no-tool processes' mean step of the cycle: each process keeps a speed of its own (the A/A's sets
+    # differ by up to 3 %), and the mean of two halves that spread in the baseline
+    both: Dict[str, List[float]] = {n: [] for n in wanted + [n for n in names if n.endswith(BASE_SUFFIX)]}
+    both_set: Dict[str, List[float]] = {n: [] for n in both}
     steps: Dict[str, List[float]] = {n: [] for n in names}
     tmp = tempfile.mkdtemp(prefix="msprobe_lockstep_")
     try:
@@ -168,6 +168,10 @@ def main() -> None:
                 r = [x / y for x, y in zip(t[n], t["none"])]
                 ratios[n].extend(r)
                 per_set[n].append(statistics.median(r))
+            for n in both:
+                r = [x / ((y + z) / 2) for x, y, z in zip(t[n], t["none"], t[AGAIN])]
+                both[n].extend(r)
+                both_set[n].append(statistics.median(r))
             print(f"set {s + 1}/{a.sets}: " + ", ".join(f"{n} {per_set[n][-1]:.3f}" for n in names[1:]),
                   file=sys.stderr, flush=True)
     finally:
@@ -178,12 +182,18 @@ def main() -> None:
           f"{'cycle ratio: median (quartiles)':>34}  each set's median")
     print(f"{'none':<20}{base * 1e3:>15.1f}")
     for n in names[1:]:
-        q = quartiles(ratios[n])
+        q = _quartiles(ratios[n])
         med = statistics.median(steps[n])
         result["configs"][n] = {"median_ms": med * 1e3, "ratio_of_medians": med / base, "cycle_ratio": q[1],
                                 "cycle_quartiles": [q[0], q[2]], "per_set": per_set[n], "cycles": len(ratios[n])}
         print(f"{n:<20}{med * 1e3:>15.1f}{med / base:>18.3f}{f'{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})':>34}  "
               + ", ".join(f"{x:.3f}" for x in per_set[n]))
+    print(f"\nover both no-tool processes (each cycle's mean of the two){'':>12}each set's median")
+    for n in both:
+        q = _quartiles(both[n])
+        result["configs"][n].update(cycle_ratio_both=q[1], cycle_quartiles_both=[q[0], q[2]], per_set_both=both_set[n])
+        print(f"{n:<20}{'':>33}{f'{q[1]:.3f} ({q[0]:.3f}-{q[2]:.3f})':>34}  "
+              + ", ".join(f"{x:.3f}" for x in both_set[n]))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(result, fh, indent=1)
