@@ -41,6 +41,7 @@ sys.path.insert(0, HERE)
 from overhead import BASE_SUFFIX, CONFIGS, _quartiles  # noqa: E402
 
 AGAIN = "none again"
+TOOLS = ("none", "ours", "loaded", "msprobe", "msprobe-off")  # what a worker runs as it is (not the zero-code launch)
 
 
 def work(tool: str, settings: dict, dump: str) -> None:
@@ -66,8 +67,6 @@ class Proc:
     def __init__(self, name: str, baseline: str, tmp: str):
         plain = name[: -len(BASE_SUFFIX)] if name.endswith(BASE_SUFFIX) else name
         tool, settings = CONFIGS["none" if plain == AGAIN else plain]
-        if tool not in ("none", "ours", "loaded", "msprobe", "msprobe-off"):
-            raise SystemExit(f"{name}: its tool ({tool}) needs an environment of its own; use overhead.py")
         root = baseline if name.endswith(BASE_SUFFIX) else ROOT
         env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
         env["PYTHONPATH"] = root + os.pathsep + HERE + os.pathsep + env.get("PYTHONPATH", "")
@@ -147,14 +146,16 @@ def main() -> None:
     for n in wanted:
         if n not in CONFIGS:
             raise SystemExit(f"unknown configuration {n!r}; known: {', '.join(CONFIGS)}")
+        if CONFIGS[n][0] not in TOOLS:
+            raise SystemExit(f"{n}: its tool ({CONFIGS[n][0]}) needs an environment of its own; use overhead.py")
     names = ["none", AGAIN, *wanted]
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         names += [n + BASE_SUFFIX for n in wanted if CONFIGS[n][0] == "ours"]
     ratios: Dict[str, List[float]] = {n: [] for n in names[1:]}
     per_set: Dict[str, List[float]] = {n: [] for n in names[1:]}
-    # over both no-tool processes' mean step of the cycle: each process keeps a speed of its own (the A/A's sets
-    # differ by up to 3 %), and the mean of two halves that spread in the baseline
+    # over both no-tool processes' mean step of the cycle: each process keeps a speed of its own over a set (the
+    # A/A's sets differed by up to 6.5 %), and the mean of two independent ones halves that variance in the baseline
     both: Dict[str, List[float]] = {n: [] for n in wanted + [n for n in names if n.endswith(BASE_SUFFIX)]}
     both_set: Dict[str, List[float]] = {n: [] for n in both}
     steps: Dict[str, List[float]] = {n: [] for n in names}
