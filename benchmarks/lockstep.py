@@ -35,10 +35,9 @@ import time
 from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from overhead import BASE_SUFFIX, CONFIGS, _quartiles  # noqa: E402
+from overhead import BASE_SUFFIX, CONFIGS, _quartiles, code_of, worker_env  # noqa: E402
 
 AGAIN = "none again"
 TOOLS = ("none", "ours", "loaded", "msprobe", "msprobe-off")  # what a worker runs as it is (not the zero-code launch)
@@ -65,16 +64,13 @@ class Proc:
     """One configuration's worker process."""
 
     def __init__(self, name: str, baseline: str, tmp: str):
-        plain = name[: -len(BASE_SUFFIX)] if name.endswith(BASE_SUFFIX) else name
+        plain, root = code_of(name, baseline)
         tool, settings = CONFIGS["none" if plain == AGAIN else plain]
-        root = baseline if name.endswith(BASE_SUFFIX) else ROOT
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
-        env["PYTHONPATH"] = root + os.pathsep + HERE + os.pathsep + env.get("PYTHONPATH", "")
         dump = os.path.join(tmp, name.replace(" ", "_").replace("@", "at"))
         self.name = name
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", tool, "--settings",
-                                   json.dumps(settings), "--dump", dump], env=env, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, bufsize=1)
+                                   json.dumps(settings), "--dump", dump], env=worker_env(root),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def _line(self, prefix: str) -> str:
         assert self.p.stdout is not None
@@ -156,8 +152,8 @@ def main() -> None:
     per_set: Dict[str, List[float]] = {n: [] for n in names[1:]}
     # over both no-tool processes' mean step of the cycle: each process keeps a speed of its own over a set (the
     # A/A's sets differed by up to 6.5 %), and the mean of two independent ones halves that variance in the baseline
-    both: Dict[str, List[float]] = {n: [] for n in wanted + [n for n in names if n.endswith(BASE_SUFFIX)]}
-    both_set: Dict[str, List[float]] = {n: [] for n in both}
+    both: Dict[str, List[float]] = {n: [] for n in names[2:]}
+    both_set: Dict[str, List[float]] = {n: [] for n in names[2:]}
     steps: Dict[str, List[float]] = {n: [] for n in names}
     tmp = tempfile.mkdtemp(prefix="msprobe_lockstep_")
     try:

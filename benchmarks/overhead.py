@@ -149,15 +149,25 @@ BASE_SUFFIX = " @base"
 CLOCK = ["wall"]
 
 
-def run_one(name: str, steps: int, warmup: int, tmp: str, baseline: str = "") -> list:
-    root = ROOT
+def code_of(name: str, baseline: str) -> tuple:
+    """(the configuration's name without " @base", the checkout whose code runs it)."""
     if name.endswith(BASE_SUFFIX):
-        root = baseline
-        name = name[: -len(BASE_SUFFIX)]
-    tool, settings = CONFIGS[name]
-    dump = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
+        return name[: -len(BASE_SUFFIX)], baseline
+    return name, ROOT
+
+
+def worker_env(root: str) -> dict:
+    """A worker's environment: this one without the launcher's MSPROBE_* contract, root's code first on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MSPROBE_")}
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_one(name: str, steps: int, warmup: int, tmp: str, baseline: str = "") -> list:
+    name, root = code_of(name, baseline)
+    tool, settings = CONFIGS[name]
+    dump = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
+    env = worker_env(root)
     env["OVERHEAD_CLOCK"] = CLOCK[0]
     if CLOCK[0] == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # an idle OpenMP worker spins: its CPU time would be noise
