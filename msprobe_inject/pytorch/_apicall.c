@@ -290,16 +290,22 @@ capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, 
 /* writer.post(w, type, a0, a1[, a2]): the event made and sent as the recorders send theirs (the writer module's
  * post, read each call: the journal's C where it is built, DumpWriter.send's first step under the hand-off lock) */
 static int
-send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
+send_n(PyObject *const *pa, size_t n)
 {
     PyObject *post = PyObject_GetAttr(M_writer, s_post);
     if (post == NULL)
         return -1;
-    PyObject *pa[5] = {w, type, a0, a1, a2};
-    PyObject *r = PyObject_Vectorcall(post, pa, a2 != NULL ? 5 : 4, NULL);
+    PyObject *r = PyObject_Vectorcall(post, pa, n, NULL);
     Py_DECREF(post);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
+}
+
+static int
+send(PyObject *w, PyObject *type, PyObject *a0, PyObject *a1, PyObject *a2)
+{
+    PyObject *pa[5] = {w, type, a0, a1, a2};
+    return send_n(pa, a2 != NULL ? 5 : 4);
 }
 
 /* Session.ensure_open's test, as call_api spells it: the step's directory opened where it is not ready for a record */
@@ -321,34 +327,36 @@ ensure_open(PyObject *s, PyObject *w)
     return open < 0 ? -1 : 0;
 }
 
+/* the values a record's "output" lists: a list's or tuple's items (not a named tuple's), else the value alone; a new
+ * list, or NULL with an error */
+static PyObject *
+output_list(PyObject *out)
+{
+    int seq = !Py_IS_TYPE(out, (PyTypeObject *)T_tensor) && (PyList_Check(out) || PyTuple_Check(out));
+    if (seq) {
+        int named = has_attr(out, s_fields);
+        if (named < 0)
+            return NULL;
+        seq = !named;
+    }
+    if (seq)
+        return PySequence_List(out);
+    PyObject *value = PyList_New(1);
+    if (value == NULL)
+        return NULL;
+    Py_INCREF(out);
+    PyList_SET_ITEM(value, 0, out);
+    return value;
+}
+
 /* the record's output, the record sent, its tree place, its backward hook */
 static int
 capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyObject *body, PyObject *pending,
                 PyObject *out, PyObject *fkey, PyObject *info, PyObject *idx, PyObject *args, PyObject *kwargs)
 {
-    PyObject *value;
-    if (Py_IS_TYPE(out, (PyTypeObject *)T_tensor)) {
-        value = PyList_New(1);
-        if (value == NULL)
-            return -1;
-        Py_INCREF(out);
-        PyList_SET_ITEM(value, 0, out);
-    } else {
-        int seq = PyList_Check(out) || PyTuple_Check(out);
-        if (seq) {
-            int named = has_attr(out, s_fields);
-            if (named < 0)
-                return -1;
-            seq = !named;
-        }
-        value = seq ? PySequence_List(out) : PyList_New(1);
-        if (value == NULL)
-            return -1;
-        if (!seq) {
-            Py_INCREF(out);
-            PyList_SET_ITEM(value, 0, out);
-        }
-    }
+    PyObject *value = output_list(out);
+    if (value == NULL)
+        return -1;
     int r = put_entries(enc, body, s_output, value, pending);
     Py_DECREF(value);
     if (r < 0)
@@ -818,6 +826,372 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ---- a module call that records its outputs alone ----
+ * module_pre(hooks, module, args) and module_post(hooks, module, kwargs, output): ModuleHooks._pre and _post's steps
+ * with Recorder.module_enter's and module_exit's, for the case of the monitor preset (a named module, the session
+ * running at a module level, no filters, no tensor files, the outputs recorded and nothing else: no inputs, stacks,
+ * tree places, parameters or backward capture; not a compiled module). None when done; SLOW where the case is
+ * another or anything could not be asked, before anything has changed: the Python body then runs the hook as it
+ * always did (modules.py and recorder.py stay the owners of what a module record is; the parity test in
+ * tests/inject/pytorch/test_apicall.py compares the two). A failure once the hook has begun to change things is
+ * logged as the Python logs it (ModuleHooks._c_failed) and never raised into the user's forward. */
+static PyObject *F_graph_task, *T_frame, *T_merge, *RAISED;
+static PyObject *s_named, *s_module_level, *s_api_suspended, *s_module_counts, *s_depth, *s_mframes, *s_module_bwd,
+    *s_pgrads, *s_params_on, *s_acc, *s_param_grad_hooks, *s_parameters, *s_fkey, *s_prefix, *s_c_failed,
+    *s_pre_failed, *s_hook_failed;
+
+/* prefix + "forward." + idx, the forward record's key (names.module_key) */
+static PyObject *
+module_fkey(PyObject *prefix, long long idx)
+{
+    if (!PyUnicode_IS_ASCII(prefix) || idx < 0)
+        return PyUnicode_FromFormat("%Uforward.%lld", prefix, idx);
+    char num[24], *e = num + sizeof num, *q = e;
+    unsigned long long u = (unsigned long long)idx;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    Py_ssize_t nn = e - q, nb = PyUnicode_GET_LENGTH(prefix);
+    PyObject *key = PyUnicode_New(nb + 8 + nn, 127);
+    if (key == NULL)
+        return NULL;
+    char *dst = (char *)PyUnicode_1BYTE_DATA(key);
+    memcpy(dst, PyUnicode_1BYTE_DATA(prefix), (size_t)nb);
+    memcpy(dst + nb, "forward.", 8);
+    memcpy(dst + nb + 8, q, (size_t)nn);
+    return key;
+}
+
+/* the error set logged through hooks._c_failed(what, exc, key) (key NULL: None), then cleared; a BaseException that
+ * is not an Exception (KeyboardInterrupt) stays set: -1 */
+static int
+module_failed(PyObject *hooks, PyObject *what, PyObject *key)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    PyObject *r = PyObject_CallMethodObjArgs(hooks, s_c_failed, what, v != NULL ? v : Py_None,
+                                             key != NULL ? key : Py_None, NULL);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear(); /* the log itself failed: nothing more can be said, and nothing reaches the forward */
+    }
+    Py_XDECREF(r);
+    return 0;
+}
+
+/* the thread's and recorder's side of both hooks: 1 where the case is this module's, 0 where not, -1 with an error */
+static int
+module_case(PyObject *rec, PyObject *s)
+{
+    int r;
+    if ((r = plain_true(TLS, s_busy)) != 0 || (r = attrs_true(rec, s_forked)) != 0
+        || (r = attrs_true(s, s_running)) <= 0 || (r = attrs_true(rec, s_module_level)) <= 0
+        || (r = attrs_true(rec, s_api_suspended)) != 0 || (r = attrs_true(rec, s_construct)) != 0
+        || (r = attrs_true(rec, s_extra)) != 0 || (r = attrs_true(rec, s_inp)) != 0
+        || (r = attrs_true(rec, s_module_bwd)) != 0 || (r = attrs_true(rec, s_params_on)) != 0
+        || (r = attrs_true(rec, s_fwd)) <= 0 || (r = attrs_true(rec, s_outp)) <= 0)
+        return r < 0 ? -1 : 0;
+    PyObject *filters = attrs_get(s, s_filters);
+    if (filters == NULL)
+        return -1;
+    r = attrs_true(filters, s_active);
+    Py_DECREF(filters);
+    return r < 0 ? -1 : !r;
+}
+
+/* SLOW for an error while the case is asked (nothing has changed: the Python body asks again and fails, or not, in
+ * its own way); a BaseException that is not an Exception is raised */
+static PyObject *
+module_slow(void)
+{
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    return Py_NewRef(SLOW);
+}
+
+/* module_pre(hooks, module, args): see above */
+static PyObject *
+modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 3 || T_frame == NULL)
+        return Py_NewRef(SLOW == NULL ? Py_None : SLOW);
+    PyObject *hooks = a[0], *module = a[1];
+    PyObject *rec = NULL, *s = NULL, *named = NULL, *ref = NULL, *prefix = NULL, *counts = NULL, *stack = NULL,
+             *frames = NULL, *depth = NULL, *g = NULL, *d1 = NULL, *idx_o = NULL, *fkey = NULL, *frame = NULL;
+    PyObject *result = NULL;
+    if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
+        || module_case(rec, s) <= 0)
+        goto slow;
+    /* a module forward inside a backward pass (activation checkpointing's recomputation) is the Python's */
+    if ((g = PyObject_CallNoArgs(F_graph_task)) == NULL)
+        goto slow;
+    long task = PyLong_AsLong(g);
+    if (task != -1 || PyErr_Occurred())
+        goto slow;
+    if ((named = attrs_get(hooks, s_named)) == NULL || !PyDict_CheckExact(named)
+        || (ref = PyWeakref_NewRef(module, NULL)) == NULL)
+        goto slow;
+    prefix = PyDict_GetItemWithError(named, ref); /* borrowed until the next line */
+    if (prefix == NULL || !PyUnicode_CheckExact(prefix))
+        goto slow;
+    Py_INCREF(prefix);
+    if ((counts = attrs_get(s, s_module_counts)) == NULL || !PyDict_CheckExact(counts)
+        || (stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_CheckExact(stack)
+        || (frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
+        || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL || !PyLong_CheckExact(depth)
+        || (d1 = PyNumber_Add(depth, V_one)) == NULL)
+        goto slow;
+    PyObject *prev = PyDict_GetItemWithError(counts, prefix); /* borrowed */
+    if (prev == NULL && PyErr_Occurred())
+        goto slow;
+    long long idx = prev == NULL ? 0 : PyLong_AsLongLong(prev) + 1;
+    if ((prev != NULL && !PyLong_CheckExact(prev)) || PyErr_Occurred() || (idx_o = PyLong_FromLongLong(idx)) == NULL
+        || (fkey = module_fkey(prefix, idx)) == NULL || PyObject_SetAttr(TLS, s_depth, d1) < 0)
+        goto slow;
+    /* from here on the hook's: module_enter's body, its failure logged with the key and the frame None */
+    if (PyDict_SetItem(counts, prefix, idx_o) < 0 || PyList_Append(stack, fkey) < 0)
+        goto failed;
+    PyObject *fa[4] = {fkey, idx_o, prefix, Py_True};
+    if ((frame = PyObject_Vectorcall(T_frame, fa, 4, NULL)) == NULL)
+        goto failed;
+    /* pushed whatever happens next: the forward hook pops one frame per call */
+    if (PyList_Append(frames, frame) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            goto done;
+        PyErr_Clear(); /* nothing could be pushed: the forward hook finds the enclosing frame, as in the Python */
+    }
+    result = Py_NewRef(Py_None);
+    goto done;
+failed:
+    if (module_failed(hooks, s_pre_failed, fkey) < 0)
+        goto done;
+    if (PyList_Append(frames, Py_None) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            goto done;
+        PyErr_Clear();
+    }
+    result = Py_NewRef(Py_None);
+    goto done;
+slow:
+    result = module_slow();
+done:
+    Py_XDECREF(frame);
+    Py_XDECREF(fkey);
+    Py_XDECREF(idx_o);
+    Py_XDECREF(d1);
+    Py_XDECREF(g);
+    Py_XDECREF(depth);
+    Py_XDECREF(frames);
+    Py_XDECREF(stack);
+    Py_XDECREF(counts);
+    Py_XDECREF(prefix);
+    Py_XDECREF(ref);
+    Py_XDECREF(named);
+    Py_XDECREF(s);
+    Py_XDECREF(rec);
+    return result;
+}
+
+/* module_exit's record: the outputs' entries merged into the forward record, in one quiet section */
+static int
+module_record(PyObject *rec, PyObject *s, PyObject *fkey, PyObject *output)
+{
+    PyObject *sec = quiet_enter();
+    if (sec == NULL)
+        return -1;
+    PyObject *stack = NULL, *enc = NULL, *value = NULL, *pending = NULL, *members = NULL, *w = NULL;
+    int ok = 0;
+    if ((stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_Check(stack))
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    int top = n > 0 ? PyObject_RichCompareBool(PyList_GET_ITEM(stack, n - 1), fkey, Py_EQ) : 0;
+    if (top < 0)
+        goto done;
+    if (top) {
+        if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
+            goto done;
+    } else {
+        int in = PySequence_Contains(stack, fkey);
+        if (in < 0)
+            goto done;
+        if (in) {
+            PyObject *r = PyObject_CallMethod(stack, "remove", "O", fkey);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
+        }
+    }
+    if ((enc = attrs_get(rec, s_encoder)) == NULL || (value = output_list(output)) == NULL
+        || (pending = PyList_New(0)) == NULL || (members = PyDict_New()) == NULL
+        || put_entries(enc, members, s_output, value, pending) < 0 || (w = attrs_get(rec, s_writer)) == NULL
+        || ensure_open(s, w) < 0)
+        goto done;
+    PyObject *pa[6] = {w, T_merge, fkey, members, PyList_GET_SIZE(pending) ? pending : Py_None, Py_True};
+    ok = send_n(pa, 6) == 0;
+done:
+    Py_XDECREF(w);
+    Py_XDECREF(members);
+    Py_XDECREF(pending);
+    Py_XDECREF(value);
+    Py_XDECREF(enc);
+    Py_XDECREF(stack);
+    return quiet_leave(sec) < 0 || !ok ? -1 : 0;
+}
+
+/* _post's parameter check: the module's own parameters that require a gradient and are not the ones hooked under its
+ * prefix (ModuleHooks._acc) get their hooks (ModuleHooks._param_grad_hooks) */
+static int
+module_params(PyObject *hooks, PyObject *module, PyObject *prefix)
+{
+    PyObject *acc = attrs_get(hooks, s_acc), *params = acc == NULL ? NULL : PyObject_GetAttr(module, s_parameters);
+    int r = params == NULL ? -1 : 0;
+    if (r == 0 && (!PyDict_Check(params) || !PyDict_Check(acc))) {
+        PyErr_SetString(PyExc_TypeError, "_parameters or _acc is not a dict");
+        r = -1;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *name, *p;
+    while (r == 0 && PyDict_Next(params, &pos, &name, &p)) {
+        if (p == Py_None)
+            continue;
+        Py_INCREF(p);
+        Py_INCREF(name);
+        int rg = plain_true(p, s_requires_grad), missing = 0;
+        if (rg > 0) {
+            PyObject *slot = PyTuple_Pack(2, prefix, name);
+            PyObject *prev = slot == NULL ? NULL : PyDict_GetItemWithError(acc, slot); /* borrowed */
+            if (prev == NULL) {
+                missing = PyErr_Occurred() ? -1 : 1;
+            } else if (!PyTuple_Check(prev) || PyTuple_GET_SIZE(prev) < 3) {
+                missing = 1;
+            } else {
+                PyObject *held = PyObject_CallNoArgs(PyTuple_GET_ITEM(prev, 2));
+                missing = held == NULL ? -1 : held != p;
+                Py_XDECREF(held);
+            }
+            Py_XDECREF(slot);
+        }
+        Py_DECREF(name);
+        Py_DECREF(p);
+        if (rg < 0 || missing < 0) {
+            r = -1;
+        } else if (missing) {
+            PyObject *got = PyObject_CallMethodObjArgs(hooks, s_param_grad_hooks, module, prefix, NULL);
+            r = got == NULL ? -1 : 0;
+            Py_XDECREF(got);
+            break;
+        }
+    }
+    Py_XDECREF(params);
+    Py_XDECREF(acc);
+    return r;
+}
+
+/* module_post(hooks, module, kwargs, output): see above */
+static PyObject *
+modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 4 || T_frame == NULL)
+        return Py_NewRef(SLOW == NULL ? Py_None : SLOW);
+    PyObject *hooks = a[0], *module = a[1], *output = a[3];
+    if (output == RAISED)
+        return Py_NewRef(SLOW);
+    PyObject *rec = NULL, *s = NULL, *enc = NULL, *frames = NULL, *frame = NULL, *depth = NULL, *fkey = NULL,
+             *prefix = NULL;
+    PyObject *result = NULL;
+    int r;
+    if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
+        || module_case(rec, s) <= 0)
+        goto slow;
+    if ((enc = attrs_get(rec, s_encoder)) == NULL || (r = attrs_true(enc, s_some_files)) != 0)
+        goto slow;
+    PyObject *entries = attrs_get(enc, s_entries);
+    if (entries == NULL)
+        goto slow;
+    r = entries != Py_None;
+    Py_DECREF(entries);
+    if (!r)
+        goto slow;
+    int pgrads = attrs_true(rec, s_pgrads);
+    if (pgrads < 0 || (pgrads && strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0))
+        goto slow;
+    if ((frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
+        || PyList_GET_SIZE(frames) == 0)
+        goto slow;
+    frame = Py_NewRef(PyList_GET_ITEM(frames, PyList_GET_SIZE(frames) - 1));
+    if (!Py_IS_TYPE(frame, (PyTypeObject *)T_frame))
+        goto slow;
+    PyObject *bw = attrs_get(frame, s_backward);
+    if (bw == NULL)
+        goto slow;
+    r = bw == Py_None;
+    Py_DECREF(bw);
+    if (!r || (r = attrs_true(frame, s_keep)) <= 0 || (fkey = attrs_get(frame, s_fkey)) == NULL
+        || (prefix = attrs_get(frame, s_prefix)) == NULL || !PyUnicode_CheckExact(prefix)
+        || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL || !PyLong_CheckExact(depth))
+        goto slow;
+    /* from here on the hook's: tls.depth, the frame popped, module_exit's body (its failure logged with the key) */
+    PyObject *d1 = PyNumber_Subtract(depth, V_one);
+    int neg = d1 == NULL ? -1 : PyObject_RichCompareBool(d1, V_zero, Py_LT);
+    if (neg < 0 || PyObject_SetAttr(TLS, s_depth, neg ? V_zero : d1) < 0) {
+        Py_XDECREF(d1);
+        goto slow; /* nothing changed yet */
+    }
+    Py_DECREF(d1);
+    Py_ssize_t n = PyList_GET_SIZE(frames);
+    if (PyList_SetSlice(frames, n - 1, n, NULL) < 0 || module_record(rec, s, fkey, output) < 0) {
+        if (module_failed(hooks, s_hook_failed, fkey) < 0)
+            goto done;
+    }
+    /* the outer guard of _post: logged without a record */
+    if (pgrads && module_params(hooks, module, prefix) < 0 && module_failed(hooks, s_hook_failed, NULL) < 0)
+        goto done;
+    result = Py_NewRef(Py_None);
+    goto done;
+slow:
+    result = module_slow();
+done:
+    Py_XDECREF(prefix);
+    Py_XDECREF(fkey);
+    Py_XDECREF(depth);
+    Py_XDECREF(frame);
+    Py_XDECREF(frames);
+    Py_XDECREF(enc);
+    Py_XDECREF(s);
+    Py_XDECREF(rec);
+    return result;
+}
+
+/* module_setup(graph_task, frame_type, merge_type, raised): the objects the module hooks use */
+static PyObject *
+modcall_setup(PyObject *self, PyObject *args)
+{
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3]))
+        return NULL;
+    if (!PyType_Check(o[1]) || !PyType_Check(o[2])) {
+        PyErr_SetString(PyExc_TypeError, "module_setup: the frame and merge types");
+        return NULL;
+    }
+    PyObject **dst[4] = {&F_graph_task, &T_frame, &T_merge, &RAISED};
+    for (int i = 0; i < 4; i++) {
+        Py_INCREF(o[i]);
+        Py_XSETREF(*dst[i], o[i]);
+    }
+    Py_RETURN_NONE;
+}
+
 /* setup(slow, function type, tensor type, Record, Construct, partial, hook_after or None, stack_at or None,
  * is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module): what every call uses, given
  * once */
@@ -898,6 +1272,11 @@ static PyMethodDef methods[] = {
     {"backward", (PyCFunction)(void (*)(void))apicall_backward, METH_FASTCALL,
      "backward(hooks, bkey, record, grad_inputs, grad_outputs): a recorded call's backward record"},
     {"setup", apicall_setup, METH_VARARGS, "setup(...): the objects every call uses"},
+    {"module_pre", (PyCFunction)(void (*)(void))modcall_pre, METH_FASTCALL,
+     "module_pre(hooks, module, args): a module forward pre-hook's common case, or the SLOW sentinel"},
+    {"module_post", (PyCFunction)(void (*)(void))modcall_post, METH_FASTCALL,
+     "module_post(hooks, module, kwargs, output): a module forward hook's common case, or the SLOW sentinel"},
+    {"module_setup", modcall_setup, METH_VARARGS, "module_setup(...): the objects the module hooks use"},
     {"attr", (PyCFunction)(void (*)(void))apicall_attr, METH_FASTCALL, "attr(o, name): o.name as the calls read it"},
     {"attr_set", (PyCFunction)(void (*)(void))apicall_attr_set, METH_FASTCALL,
      "attr_set(o, name, v): o.name = v as the journal's calls set it"},
@@ -928,6 +1307,11 @@ PyInit__apicall(void)
     I(s_operators, "_operators"); I(s_sites, "_sites"); I(s_co_name, "co_name"); I(s_f_lasti, "f_lasti");
     I(s_get, "get");
     I(s_parent, "_parent");
+    I(s_named, "_named"); I(s_module_level, "module_level"); I(s_api_suspended, "api_suspended");
+    I(s_module_counts, "module_counts"); I(s_depth, "depth"); I(s_mframes, "mframes"); I(s_module_bwd, "module_bwd");
+    I(s_pgrads, "pgrads"); I(s_params_on, "params_on"); I(s_acc, "_acc"); I(s_param_grad_hooks, "_param_grad_hooks");
+    I(s_parameters, "_parameters"); I(s_fkey, "fkey"); I(s_prefix, "prefix"); I(s_c_failed, "_c_failed");
+    I(s_pre_failed, "module pre-hook failed"); I(s_hook_failed, "module hook failed");
 #undef I
     if ((V_one = PyLong_FromLong(1)) == NULL || (V_zero = PyLong_FromLong(0)) == NULL)
         return NULL;

@@ -11,6 +11,8 @@ import torch
 
 from ..dumpformat import names
 from ..recorder import ModuleFrame, Recorder
+from ..writer import Merge
+from .apis import _SLOW, _apicall
 from .state import COMPILER, dynamo_compiling, hook_single, tls
 
 _STRIDED = torch.strided
@@ -260,8 +262,15 @@ class ModuleHooks:
     def _pre(self, module, args):
         rec = self.rec
         # tracing first, as the dump mode asks: dynamo then never reads the thread state (an older torch's graph
-        # break on a C object's attribute); in eager mode all four are asked anyway
-        if dynamo_compiling() or COMPILER._is_compiling_flag or tls.busy or rec.forked:
+        # break on a C object's attribute), nor calls the C below
+        if dynamo_compiling() or COMPILER._is_compiling_flag:
+            return None
+        fast = _fast_pre
+        if fast is not None:  # the common case in C (_apicall.c); _SLOW where it is this body's, nothing changed yet
+            got = fast(self, module, args)
+            if got is not _SLOW:
+                return got
+        if tls.busy or rec.forked:
             return None
         depth = tls.depth
         tls.depth = depth + 1
@@ -317,7 +326,14 @@ class ModuleHooks:
         one frame with the guard that keeps a tool failure out of the user's forward."""
         try:
             rec = self.rec
-            if dynamo_compiling() or COMPILER._is_compiling_flag or tls.busy or rec.forked:
+            if dynamo_compiling() or COMPILER._is_compiling_flag:
+                return None
+            fast = _fast_post
+            if fast is not None:
+                got = fast(self, module, kwargs, output)
+                if got is not _SLOW:
+                    return got
+            if tls.busy or rec.forked:
                 return None
             raised = output is _RAISED
             tls.depth = max(0, tls.depth - 1)
@@ -369,6 +385,10 @@ class ModuleHooks:
             except Exception:
                 pass
             return None
+
+    def _c_failed(self, what: str, exc: BaseException, key: Optional[str]) -> None:
+        """A failure inside the hooks' C common case, logged as the Python body logs it."""
+        self.rec.log(f"{what}: {type(exc).__name__}: {exc}", key)
 
     # ---- backward ----
     # A call's hooks are partials of methods bound once: one object each, whose arguments (a str) the garbage
@@ -439,3 +459,12 @@ def _fwd_hook_kwargs() -> bool:
         return "with_kwargs" in inspect.signature(mm.register_module_forward_hook).parameters
     except (TypeError, ValueError):
         return False
+
+
+# A module call's common case in C where built (_apicall.c's module_pre and module_post: _pre's and _post's steps with
+# the recorder's module_enter and module_exit, for a call that records its outputs alone, the monitor preset's);
+# None runs every call through the Python above.
+_fast_pre = _fast_post = None
+if _apicall is not None:
+    _apicall.module_setup(_graph_task, ModuleFrame, Merge, _RAISED)
+    _fast_pre, _fast_post = _apicall.module_pre, _apicall.module_post

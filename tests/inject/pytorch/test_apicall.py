@@ -196,3 +196,168 @@ print("RETURNED")
     assert "Torch.matmul.1.forward" in data["c"]["step0"], data["c"]
     assert "Torch.matmul.1.backward" in data["c"]["step1"], data["c"]
     assert data["c"] == data["py"]
+
+
+# ---- a module call that records its outputs alone (module_pre, module_post): the monitor preset's ----
+
+# the module hooks' C common case on ("c") or off ("py", modules._fast_pre and _fast_post None), as argv[1] says
+MODULE_WAY = PREAMBLE + """
+from msprobe_inject import recorder
+from msprobe_inject.pytorch import modules
+if modules._fast_pre is None:
+    print("NO-C"); sys.exit(0)
+if sys.argv[1] == "py":
+    modules._fast_pre = modules._fast_post = None
+python_bodies = {"module_enter": 0, "module_exit": 0}
+def counted(name):  # the Python path's calls of Recorder.<name>, counted
+    real = getattr(recorder.Recorder, name)
+    def wrapper(self, *a, **k):
+        python_bodies[name] += 1
+        return real(self, *a, **k)
+    setattr(recorder.Recorder, name, wrapper)
+counted("module_enter")
+counted("module_exit")
+"""
+
+MODULE_SCRIPT = MODULE_WAY + """
+import collections
+from torch.utils.checkpoint import checkpoint
+Pair = collections.namedtuple("Pair", "a b")
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        y = self.drop(self.act(self.fc(x)))
+        return y * 0.5 + x, (x, [y * 2])  # a tuple output, nested values
+
+class Named(nn.Module):
+    def forward(self, x):
+        return Pair(x + 1, x.sum())  # a named tuple: one value
+
+class Fails(nn.Module):
+    def forward(self, x):
+        raise ValueError("the user's own error")
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.shared = nn.Linear(4, 4)  # called twice per step: forward.0 and forward.1
+        self.named = Named()
+        self.fails = Fails()
+        self.ckpt = Block()  # checkpointed: run again in the backward pass, which records nothing
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x, _ = b(x)
+        x = self.shared(self.shared(x))
+        try:
+            self.fails(x)
+        except ValueError:
+            pass
+        x = self.named(x).a
+        x, _ = checkpoint(self.ckpt, x, use_reentrant=False)
+        with torch.no_grad():
+            self.head(x)  # no gradient: recorded all the same
+        return self.head(x)
+
+with open("config.json", "w") as fh:
+    json.dump({"task": "statistics", "dump_path": "d", "level": "L0", "preset": "monitor"}, fh)
+debugger = PrecisionDebugger(config_path="config.json")
+m = Net()
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(3):
+    if step == 2:  # a parameter replaced by another object (as FSDP2 swaps them): its gradient still recorded
+        m.head.weight = nn.Parameter(m.head.weight.detach().clone())
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    python_bodies.update(module_enter=0, module_exit=0)
+    debugger.start(model=m)
+    x = torch.randn(3, 4, requires_grad=True)
+    m(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    debugger.stop()
+    debugger.step()
+print("PYTHON-BODIES", python_bodies["module_enter"], python_bodies["module_exit"])
+"""
+
+
+def _module_run(tmp, way: str):
+    cwd = tmp / way
+    cwd.mkdir()
+    out = run_py(MODULE_SCRIPT, str(cwd), args=(way,)).stdout
+    if "NO-C" in out:
+        pytest.skip("the C common case is not built here")
+    files = {}
+    for path in sorted(glob.glob(str(cwd / "d" / "**" / "*"), recursive=True)):
+        rel = os.path.relpath(path, cwd / "d").split(os.sep)
+        if os.path.isfile(path) and rel[0].startswith("step"):
+            rel[1] = "rank"  # proc{pid}: the two runs' pids differ
+            with open(path, "rb") as fh:
+                files["/".join(rel)] = fh.read()
+    counts = out.split("PYTHON-BODIES")[1].split()
+    return files, int(counts[0]), int(counts[1])
+
+
+def test_a_module_call_recording_its_outputs_alone_is_written_as_the_python_path_writes_it(tmp_path):
+    fast, c_enter, c_exit = _module_run(tmp_path, "c")
+    slow, py_enter, py_exit = _module_run(tmp_path, "py")
+    assert sorted(fast) == sorted(slow)
+    differ = [k for k in fast if fast[k] != slow[k]]
+    assert not differ, (differ, fast[differ[0]][:2000], slow[differ[0]][:2000])
+    data = json.loads(fast["step2/rank/dump.json"])["data"]
+    for key in ("Module.blocks.1.act.GELU.forward.0", "Module.shared.Linear.forward.1", "Module.named.Named.forward.0",
+                "Module.ckpt.Block.forward.0", "Module.head.Linear.forward.1", "Module.head.Linear.parameters_grad.0"):
+        assert key in data, (key, sorted(data))
+    assert "Module.ckpt.Block.forward.1" not in data  # the recomputation is the same call
+    assert "Module.fails.Fails.forward.0" not in data  # it raised: no outputs to record
+    assert len(data["Module.blocks.0.Block.forward.0"]["output"]) == 2
+    assert len(data["Module.head.Linear.parameters_grad.0"]) == 2  # the replaced weight's and the bias's
+    # the last step's module calls: every one through the recorder's Python in one run; in the other none (the
+    # failing module's pre-hook is the C's, its exit Python's abandon; the recomputation's hooks return at once)
+    module_calls = sum(1 for k in data if ".forward." in k) + 1  # the failing module's
+    assert (py_enter, py_exit) == (module_calls, module_calls - 1)
+    assert (c_enter, c_exit) == (0, 0)
+
+
+def test_a_failing_module_record_is_logged_as_the_python_path_logs_it_and_the_forward_returns(tmp_path):
+    code = MODULE_WAY + """
+with open("config.json", "w") as fh:
+    json.dump({"task": "statistics", "dump_path": "d", "level": "L0", "preset": "monitor"}, fh)
+debugger = PrecisionDebugger(config_path="config.json")
+m = Net()
+debugger.start(model=m)
+m(torch.ones(2, 4))
+ctx = debugger.runtime.encoder._ctx
+debugger.runtime.encoder._ctx = None  # the C entries call raises TypeError for each value
+y = m(torch.ones(2, 4))
+assert y.shape == (2, 2)
+debugger.runtime.encoder._ctx = ctx
+m(torch.ones(2, 4))
+debugger.stop()
+print("RETURNED")
+"""
+    logs, data = {}, {}
+    for way in ("c", "py"):
+        cwd = tmp_path / way
+        cwd.mkdir()
+        out = run_py(code, str(cwd), args=(way,)).stdout
+        if "NO-C" in out:
+            pytest.skip("the C common case is not built here")
+        assert "RETURNED" in out
+        found = glob.glob(str(cwd / "d" / "**" / "dump_error_info.log"), recursive=True)
+        assert found, os.listdir(cwd / "d")
+        with open(found[0]) as fh:
+            logs[way] = [ln.split(" Module.", 1)[1] for ln in fh if " Module." in ln]
+        with open(glob.glob(str(cwd / "d" / "step0" / "*" / "dump.json"))[0]) as fh:
+            data[way] = json.load(fh)["data"]
+    assert any(ln.startswith("fc1.Linear.forward.1: module hook failed: TypeError") for ln in logs["c"]), logs["c"]
+    assert logs["c"] == logs["py"]
+    assert "Module.fc1.Linear.forward.2" in data["c"]  # the next call recorded again
+    assert data["c"] == data["py"]
