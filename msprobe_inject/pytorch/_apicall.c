@@ -840,26 +840,27 @@ static PyObject *s_named, *s_module_level, *s_api_suspended, *s_module_counts, *
     *s_pgrads, *s_params_on, *s_acc, *s_param_grad_hooks, *s_parameters, *s_fkey, *s_prefix, *s_c_failed,
     *s_pre_failed, *s_hook_failed;
 
-/* prefix + "forward." + idx, the forward record's key (names.module_key) */
+/* prefix + middle + idx: a forward record's key (names.module_key, middle "forward.") or a parameter gradient's
+ * (names.param_grad_key, middle "parameters_grad.") */
 static PyObject *
-module_fkey(PyObject *prefix, long long idx)
+module_key(PyObject *prefix, const char *middle, long long idx)
 {
     if (!PyUnicode_IS_ASCII(prefix) || idx < 0)
-        return PyUnicode_FromFormat("%Uforward.%lld", prefix, idx);
+        return PyUnicode_FromFormat("%U%s%lld", prefix, middle, idx);
     char num[24], *e = num + sizeof num, *q = e;
     unsigned long long u = (unsigned long long)idx;
     do {
         *--q = (char)('0' + u % 10);
         u /= 10;
     } while (u);
-    Py_ssize_t nn = e - q, nb = PyUnicode_GET_LENGTH(prefix);
-    PyObject *key = PyUnicode_New(nb + 8 + nn, 127);
+    Py_ssize_t nn = e - q, nb = PyUnicode_GET_LENGTH(prefix), nm = (Py_ssize_t)strlen(middle);
+    PyObject *key = PyUnicode_New(nb + nm + nn, 127);
     if (key == NULL)
         return NULL;
     char *dst = (char *)PyUnicode_1BYTE_DATA(key);
     memcpy(dst, PyUnicode_1BYTE_DATA(prefix), (size_t)nb);
-    memcpy(dst + nb, "forward.", 8);
-    memcpy(dst + nb + 8, q, (size_t)nn);
+    memcpy(dst + nb, middle, (size_t)nm);
+    memcpy(dst + nb + nm, q, (size_t)nn);
     return key;
 }
 
@@ -957,7 +958,7 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         goto slow;
     long long idx = prev == NULL ? 0 : PyLong_AsLongLong(prev) + 1;
     if ((prev != NULL && !PyLong_CheckExact(prev)) || PyErr_Occurred() || (idx_o = PyLong_FromLongLong(idx)) == NULL
-        || (fkey = module_fkey(prefix, idx)) == NULL || PyObject_SetAttr(TLS, s_depth, d1) < 0)
+        || (fkey = module_key(prefix, "forward.", idx)) == NULL || PyObject_SetAttr(TLS, s_depth, d1) < 0)
         goto slow;
     /* from here on the hook's: module_enter's body, its failure logged with the key and the frame None */
     if (PyDict_SetItem(counts, prefix, idx_o) < 0 || PyList_Append(stack, fkey) < 0)
@@ -1173,6 +1174,176 @@ done:
     return result;
 }
 
+/* param_grad(hooks, prefix, pname, pref, *torch's arguments): the hook on a parameter's AccumulateGrad node, bound
+ * with partial (ModuleHooks._param_grad_hook): Recorder.param_grad's steps for its common case (the session running in
+ * this process, no filters, no tensor files, the encoder's C entries; the gradient a plain tensor, not Megatron's
+ * main_grad), the same record member; any other case hooks._param_grad_slow(prefix, pname, pref), the Python's. A
+ * failure is logged as the Python logs it and never raised into the backward pass. */
+static PyObject *s_pgrad_counts, *s_ctx_one, *s_grad, *s_main_grad, *s_tensor, *s_param_grad_slow,
+    *s_capture_failed_txt;
+
+/* the member's entry: the encoder's C call for one tensor (Encoder.tensor's), its Python where that call raised */
+static PyObject *
+grad_entry(PyObject *enc, PyObject *entries, PyObject *grad, PyObject *pending)
+{
+    PyObject *ctx = attrs_get(enc, s_ctx_one), *one = ctx == NULL ? NULL : PyTuple_Pack(1, grad), *got = NULL;
+    if (one != NULL) {
+        PyObject *a[3] = {ctx, one, pending};
+        got = PyObject_Vectorcall(entries, a, 3, NULL);
+    }
+    Py_XDECREF(one);
+    Py_XDECREF(ctx);
+    if (got != NULL && PyList_CheckExact(got) && PyList_GET_SIZE(got) == 1) {
+        PyObject *e = Py_NewRef(PyList_GET_ITEM(got, 0));
+        Py_DECREF(got);
+        return e;
+    }
+    Py_XDECREF(got);
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    return PyObject_CallMethodObjArgs(enc, s_tensor, grad, pending, Py_None, NULL);
+}
+
+static PyObject *
+modcall_param_grad(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs < 4 || T_merge == NULL) {
+        PyErr_SetString(PyExc_TypeError, "param_grad(hooks, prefix, pname, pref, ...) after module_setup");
+        return NULL;
+    }
+    PyObject *hooks = a[0], *prefix = a[1], *pname = a[2], *pref = a[3];
+    PyObject *p = NULL, *rec = NULL, *s = NULL, *enc = NULL, *entries = NULL, *grad = NULL, *sec = NULL,
+             *counts = NULL, *idx_o = NULL, *key = NULL, *pending = NULL, *entry = NULL, *members = NULL, *w = NULL;
+    PyObject *result = NULL;
+    int r;
+    if ((p = PyObject_CallNoArgs(pref)) == NULL)
+        goto failed;
+    if (p == Py_None)
+        goto none;
+    if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL)
+        goto failed;
+    if ((r = attrs_true(s, s_running)) <= 0 || (r = plain_true(TLS, s_busy)) != 0 || (r = attrs_true(rec, s_forked)) != 0)
+        goto none_or_failed;
+    if (!PyUnicode_CheckExact(prefix) || PyUnicode_GET_LENGTH(prefix) == 0)
+        goto slow;
+    PyObject *filters = attrs_get(s, s_filters);
+    if (filters == NULL)
+        goto failed;
+    r = attrs_true(filters, s_active);
+    Py_DECREF(filters);
+    if (r != 0)
+        goto slow_or_failed;
+    if ((enc = attrs_get(rec, s_encoder)) == NULL)
+        goto failed;
+    if ((r = attrs_true(enc, s_some_files)) != 0)
+        goto slow_or_failed;
+    if ((entries = attrs_get(enc, s_entries)) == NULL)
+        goto failed;
+    if (entries == Py_None || (r = has_attr(p, s_main_grad)) != 0)
+        goto slow_or_failed;
+    if ((grad = PyObject_GetAttr(p, s_grad)) == NULL)
+        goto failed;
+    if (!Py_IS_TYPE(grad, (PyTypeObject *)T_tensor))
+        goto slow;
+    if ((counts = attrs_get(s, s_pgrad_counts)) == NULL)
+        goto failed;
+    if (!PyDict_CheckExact(counts))
+        goto slow;
+    /* from here on the record's, in one quiet section */
+    if ((sec = quiet_enter()) == NULL)
+        goto failed;
+    long long idx = 0;
+    PyObject *cur = PyDict_GetItemWithError(counts, prefix); /* borrowed */
+    if (cur == NULL) {
+        if (PyErr_Occurred())
+            goto leave;
+        PyObject *fresh = Py_BuildValue("[iO]", 0, pname);
+        r = fresh == NULL ? -1 : PyDict_SetItem(counts, prefix, fresh);
+        Py_XDECREF(fresh);
+        if (r < 0)
+            goto leave;
+    } else {
+        if (!PyList_Check(cur) || PyList_GET_SIZE(cur) < 2) {
+            PyErr_SetString(PyExc_TypeError, "a parameter-gradient count is not [index, name]");
+            goto leave;
+        }
+        if ((r = PyObject_RichCompareBool(PyList_GET_ITEM(cur, 1), pname, Py_EQ)) < 0)
+            goto leave;
+        if (r) {
+            PyObject *next = PyNumber_Add(PyList_GET_ITEM(cur, 0), V_one);
+            if (next == NULL || PyList_SetItem(cur, 0, next) < 0) /* steals next */
+                goto leave;
+        }
+        idx = PyLong_AsLongLong(PyList_GET_ITEM(cur, 0));
+        if (idx == -1 && PyErr_Occurred())
+            goto leave;
+    }
+    if ((key = module_key(prefix, "parameters_grad.", idx)) == NULL || (pending = PyList_New(0)) == NULL
+        || (entry = grad_entry(enc, entries, grad, pending)) == NULL)
+        goto leave;
+    PyObject *lst = PyList_New(1);
+    if (lst == NULL)
+        goto leave;
+    PyList_SET_ITEM(lst, 0, Py_NewRef(entry));
+    members = PyDict_New();
+    r = members == NULL ? -1 : PyDict_SetItem(members, pname, lst);
+    Py_DECREF(lst);
+    if (r < 0 || (w = attrs_get(rec, s_writer)) == NULL || ensure_open(s, w) < 0)
+        goto leave;
+    PyObject *pa[6] = {w, T_merge, key, members, PyList_GET_SIZE(pending) ? pending : Py_None, Py_False};
+    r = send_n(pa, 6);
+leave:
+    if (quiet_leave(sec) < 0 || PyErr_Occurred())
+        goto failed;
+    goto none;
+slow_or_failed:
+    if (r < 0)
+        goto failed;
+slow:
+    result = PyObject_CallMethodObjArgs(hooks, s_param_grad_slow, prefix, pname, pref, NULL);
+    goto done;
+none_or_failed:
+    if (r < 0)
+        goto failed;
+none:
+    result = Py_NewRef(Py_None);
+    goto done;
+failed:
+    /* Recorder.param_grad's except, and its record's name; nothing reaches autograd but what is no Exception */
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *rname = NULL, *head = PyUnicode_Check(prefix) && PyUnicode_GET_LENGTH(prefix) > 0
+            ? PyUnicode_Substring(prefix, 0, PyUnicode_GET_LENGTH(prefix) - 1) : NULL;
+        if (head != NULL)
+            rname = PyUnicode_FromFormat("%U.parameters_grad", head);
+        Py_XDECREF(head);
+        if (rname == NULL) {
+            PyErr_Clear(); /* the error logged is then the one here: the first is gone */
+            PyErr_SetString(PyExc_RuntimeError, "a parameter gradient's record name");
+        }
+        if (module_failed(hooks, s_capture_failed_txt, rname) == 0)
+            result = Py_NewRef(Py_None);
+        Py_XDECREF(rname);
+    }
+done:
+    Py_XDECREF(w);
+    Py_XDECREF(members);
+    Py_XDECREF(entry);
+    Py_XDECREF(pending);
+    Py_XDECREF(key);
+    Py_XDECREF(idx_o);
+    Py_XDECREF(counts);
+    Py_XDECREF(grad);
+    Py_XDECREF(entries);
+    Py_XDECREF(enc);
+    Py_XDECREF(s);
+    Py_XDECREF(rec);
+    Py_XDECREF(p);
+    return result;
+}
+
 /* module_setup(graph_task, frame_type, merge_type, raised): the objects the module hooks use */
 static PyObject *
 modcall_setup(PyObject *self, PyObject *args)
@@ -1276,6 +1447,8 @@ static PyMethodDef methods[] = {
      "module_pre(hooks, module, args): a module forward pre-hook's common case, or the SLOW sentinel"},
     {"module_post", (PyCFunction)(void (*)(void))modcall_post, METH_FASTCALL,
      "module_post(hooks, module, kwargs, output): a module forward hook's common case, or the SLOW sentinel"},
+    {"param_grad", (PyCFunction)(void (*)(void))modcall_param_grad, METH_FASTCALL,
+     "param_grad(hooks, prefix, pname, pref, ...): a parameter gradient's hook"},
     {"module_setup", modcall_setup, METH_VARARGS, "module_setup(...): the objects the module hooks use"},
     {"attr", (PyCFunction)(void (*)(void))apicall_attr, METH_FASTCALL, "attr(o, name): o.name as the calls read it"},
     {"attr_set", (PyCFunction)(void (*)(void))apicall_attr_set, METH_FASTCALL,
@@ -1312,6 +1485,8 @@ PyInit__apicall(void)
     I(s_pgrads, "pgrads"); I(s_params_on, "params_on"); I(s_acc, "_acc"); I(s_param_grad_hooks, "_param_grad_hooks");
     I(s_parameters, "_parameters"); I(s_fkey, "fkey"); I(s_prefix, "prefix"); I(s_c_failed, "_c_failed");
     I(s_pre_failed, "module pre-hook failed"); I(s_hook_failed, "module hook failed");
+    I(s_pgrad_counts, "pgrad_counts"); I(s_ctx_one, "_ctx_one"); I(s_grad, "grad"); I(s_main_grad, "main_grad");
+    I(s_tensor, "tensor"); I(s_param_grad_slow, "_param_grad_slow"); I(s_capture_failed_txt, "capture failed");
 #undef I
     if ((V_one = PyLong_FromLong(1)) == NULL || (V_zero = PyLong_FromLong(0)) == NULL)
         return NULL;

@@ -429,7 +429,19 @@ class ModuleHooks:
             self.rec.log(f"hooks not set up: {type(exc).__name__}: {exc}", f"{prefix}parameters_grad")
 
     def _param_grad_hook(self, prefix: str, pname: str, pref):
-        rec = self.rec
+        fast = _fast_param_grad
+        if fast is not None:  # the common case in C (_apicall.param_grad), the rest _param_grad_slow's
+            return partial(fast, self, prefix, pname, pref)
+
+        def hook(*_):
+            self._param_grad_slow(prefix, pname, pref)
+
+        return hook
+
+    def _param_grad_slow(self, prefix: str, pname: str, pref) -> None:
+        """A parameter's gradient accumulated: its member of the record, through the recorder's Python."""
+        if pref() is None:
+            return
 
         def grad_of():
             p = pref()
@@ -438,11 +450,7 @@ class ModuleHooks:
             main = getattr(p, "main_grad", _ABSENT)  # Megatron's fp32 gradient, where the parameter has one
             return p.grad if main is _ABSENT else main
 
-        def hook(*_):
-            if pref() is not None:
-                rec.param_grad(prefix, pname, grad_of)
-
-        return hook
+        self.rec.param_grad(prefix, pname, grad_of)
 
 
 def _compiled(module) -> bool:
@@ -462,9 +470,10 @@ def _fwd_hook_kwargs() -> bool:
 
 
 # A module call's common case in C where built (_apicall.c's module_pre and module_post: _pre's and _post's steps with
-# the recorder's module_enter and module_exit, for a call that records its outputs alone, the monitor preset's);
-# None runs every call through the Python above.
-_fast_pre = _fast_post = None
+# the recorder's module_enter and module_exit, for a call that records its outputs alone, the monitor preset's), and a
+# parameter gradient's (param_grad: Recorder.param_grad's steps); None runs every one through the Python above. A
+# gradient hook is made with the function of its time: switching it off reaches the hooks made after.
+_fast_pre = _fast_post = _fast_param_grad = None
 if _apicall is not None:
     _apicall.module_setup(_graph_task, ModuleFrame, Merge, _RAISED)
-    _fast_pre, _fast_post = _apicall.module_pre, _apicall.module_post
+    _fast_pre, _fast_post, _fast_param_grad = _apicall.module_pre, _apicall.module_post, _apicall.param_grad

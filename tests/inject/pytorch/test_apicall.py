@@ -200,15 +200,16 @@ print("RETURNED")
 
 # ---- a module call that records its outputs alone (module_pre, module_post): the monitor preset's ----
 
-# the module hooks' C common case on ("c") or off ("py", modules._fast_pre and _fast_post None), as argv[1] says
+# the module hooks' C common case on ("c") or off ("py", modules._fast_pre, _fast_post and _fast_param_grad None), as
+# argv[1] says
 MODULE_WAY = PREAMBLE + """
 from msprobe_inject import recorder
 from msprobe_inject.pytorch import modules
 if modules._fast_pre is None:
     print("NO-C"); sys.exit(0)
 if sys.argv[1] == "py":
-    modules._fast_pre = modules._fast_post = None
-python_bodies = {"module_enter": 0, "module_exit": 0}
+    modules._fast_pre = modules._fast_post = modules._fast_param_grad = None
+python_bodies = {"module_enter": 0, "module_exit": 0, "param_grad": 0}
 def counted(name):  # the Python path's calls of Recorder.<name>, counted
     real = getattr(recorder.Recorder, name)
     def wrapper(self, *a, **k):
@@ -217,6 +218,7 @@ def counted(name):  # the Python path's calls of Recorder.<name>, counted
     setattr(recorder.Recorder, name, wrapper)
 counted("module_enter")
 counted("module_exit")
+counted("param_grad")
 """
 
 MODULE_SCRIPT = MODULE_WAY + """
@@ -267,16 +269,18 @@ class Net(nn.Module):
             self.head(x)  # no gradient: recorded all the same
         return self.head(x)
 
+settings = {"monitor": {"level": "L0", "preset": "monitor"}, "L0": {"level": "L0"}}[sys.argv[2]]
 with open("config.json", "w") as fh:
-    json.dump({"task": "statistics", "dump_path": "d", "level": "L0", "preset": "monitor"}, fh)
+    json.dump({"task": "statistics", "dump_path": "d", **settings}, fh)
 debugger = PrecisionDebugger(config_path="config.json")
 m = Net()
+m.shared.bias.main_grad = torch.full((4,), 0.25)  # Megatron's fp32 gradient: recorded in its place
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
 for step in range(3):
     if step == 2:  # a parameter replaced by another object (as FSDP2 swaps them): its gradient still recorded
         m.head.weight = nn.Parameter(m.head.weight.detach().clone())
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    python_bodies.update(module_enter=0, module_exit=0)
+    python_bodies.update(module_enter=0, module_exit=0, param_grad=0)
     debugger.start(model=m)
     x = torch.randn(3, 4, requires_grad=True)
     m(x).sum().backward()
@@ -284,14 +288,14 @@ for step in range(3):
     opt.zero_grad()
     debugger.stop()
     debugger.step()
-print("PYTHON-BODIES", python_bodies["module_enter"], python_bodies["module_exit"])
+print("PYTHON-BODIES", python_bodies["module_enter"], python_bodies["module_exit"], python_bodies["param_grad"])
 """
 
 
-def _module_run(tmp, way: str):
+def _module_run(tmp, way: str, config: str):
     cwd = tmp / way
     cwd.mkdir()
-    out = run_py(MODULE_SCRIPT, str(cwd), args=(way,)).stdout
+    out = run_py(MODULE_SCRIPT, str(cwd), args=(way, config)).stdout
     if "NO-C" in out:
         pytest.skip("the C common case is not built here")
     files = {}
@@ -299,15 +303,15 @@ def _module_run(tmp, way: str):
         rel = os.path.relpath(path, cwd / "d").split(os.sep)
         if os.path.isfile(path) and rel[0].startswith("step"):
             rel[1] = "rank"  # proc{pid}: the two runs' pids differ
-            with open(path, "rb") as fh:
-                files["/".join(rel)] = fh.read()
-    counts = out.split("PYTHON-BODIES")[1].split()
-    return files, int(counts[0]), int(counts[1])
+            with open(path, "rb") as fh:  # the stacks name the script by its path: the runs' directories differ
+                files["/".join(rel)] = fh.read().replace(str(cwd).encode(), b"CWD")
+    return files, [int(n) for n in out.split("PYTHON-BODIES")[1].split()]
 
 
-def test_a_module_call_recording_its_outputs_alone_is_written_as_the_python_path_writes_it(tmp_path):
-    fast, c_enter, c_exit = _module_run(tmp_path, "c")
-    slow, py_enter, py_exit = _module_run(tmp_path, "py")
+@pytest.mark.parametrize("config", ["monitor", "L0"])
+def test_a_module_call_and_a_parameter_gradient_are_written_as_the_python_path_writes_them(tmp_path, config):
+    fast, (c_enter, c_exit, c_pgrad) = _module_run(tmp_path, "c", config)
+    slow, (py_enter, py_exit, py_pgrad) = _module_run(tmp_path, "py", config)
     assert sorted(fast) == sorted(slow)
     differ = [k for k in fast if fast[k] != slow[k]]
     assert not differ, (differ, fast[differ[0]][:2000], slow[differ[0]][:2000])
@@ -316,14 +320,20 @@ def test_a_module_call_recording_its_outputs_alone_is_written_as_the_python_path
                 "Module.ckpt.Block.forward.0", "Module.head.Linear.forward.1", "Module.head.Linear.parameters_grad.0"):
         assert key in data, (key, sorted(data))
     assert "Module.ckpt.Block.forward.1" not in data  # the recomputation is the same call
-    assert "Module.fails.Fails.forward.0" not in data  # it raised: no outputs to record
+    assert "output" not in data.get("Module.fails.Fails.forward.0", {})  # it raised: no outputs to record
     assert len(data["Module.blocks.0.Block.forward.0"]["output"]) == 2
     assert len(data["Module.head.Linear.parameters_grad.0"]) == 2  # the replaced weight's and the bias's
-    # the last step's module calls: every one through the recorder's Python in one run; in the other none (the
-    # failing module's pre-hook is the C's, its exit Python's abandon; the recomputation's hooks return at once)
-    module_calls = sum(1 for k in data if ".forward." in k) + 1  # the failing module's
+    assert data["Module.shared.Linear.parameters_grad.0"]["bias"][0]["Norm"] == 0.5  # the main_grad: 4 x 0.25
+    # the last step's module calls: every one through the recorder's Python in one run; in the other none at the
+    # monitor preset (the failing module's pre-hook is the C's, its exit Python's abandon; the recomputation's hooks
+    # return at once), all at L0 (inputs, stacks, backward capture: the Python's)
+    module_calls = sum(1 for k, v in data.items() if ".forward." in k and "output" in v) + 1  # the failing one's
     assert (py_enter, py_exit) == (module_calls, module_calls - 1)
-    assert (c_enter, c_exit) == (0, 0)
+    assert (c_enter, c_exit) == ((0, 0) if config == "monitor" else (module_calls, module_calls - 1))
+    # the gradients: 5 Linear modules with 2 parameters each (the shared one's accumulated once, whatever its calls);
+    # every one the C's but the main_grad's
+    assert py_pgrad == 10
+    assert c_pgrad == 1
 
 
 def test_a_failing_module_record_is_logged_as_the_python_path_logs_it_and_the_forward_returns(tmp_path):
@@ -339,6 +349,15 @@ debugger.runtime.encoder._ctx = None  # the C entries call raises TypeError for 
 y = m(torch.ones(2, 4))
 assert y.shape == (2, 2)
 debugger.runtime.encoder._ctx = ctx
+from msprobe_inject import writer
+def refused(*a):
+    raise RuntimeError("the hand-off refused")
+real_post = writer.post
+recorder.post = writer.post = refused  # every record's hand-off fails: the module calls' and the gradients'
+x = torch.ones(2, 4, requires_grad=True)
+m(x).sum().backward()
+assert x.grad.shape == (2, 4)
+recorder.post = writer.post = real_post
 m(torch.ones(2, 4))
 debugger.stop()
 print("RETURNED")
@@ -358,6 +377,10 @@ print("RETURNED")
         with open(glob.glob(str(cwd / "d" / "step0" / "*" / "dump.json"))[0]) as fh:
             data[way] = json.load(fh)["data"]
     assert any(ln.startswith("fc1.Linear.forward.1: module hook failed: TypeError") for ln in logs["c"]), logs["c"]
+    assert any(ln.startswith("fc2.Linear.forward.2: module hook failed: RuntimeError: the hand-off refused")
+               for ln in logs["c"]), logs["c"]
+    assert any(ln.startswith("fc1.Linear.parameters_grad: capture failed: RuntimeError: the hand-off refused")
+               for ln in logs["c"]), logs["c"]
     assert logs["c"] == logs["py"]
-    assert "Module.fc1.Linear.forward.2" in data["c"]  # the next call recorded again
+    assert "Module.fc1.Linear.forward.3" in data["c"]  # the next call recorded again
     assert data["c"] == data["py"]
