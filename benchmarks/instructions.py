@@ -61,7 +61,7 @@ def set_way(way: str) -> None:
         return
     from msprobe_inject import recorder as R
     from msprobe_inject import writer as W
-    from msprobe_inject.pytorch import apis, encode
+    from msprobe_inject.pytorch import apis, encode, modules
 
     def nothing(*_a, **_k):
         return None
@@ -77,8 +77,11 @@ def set_way(way: str) -> None:
             send(self, ev, push)
 
     # the API calls' common case in C (apis._fast_call) calls the encoder, the stack and the node hook itself: a way
-    # that replaces one of those runs the calls through apis.py's Python, compared with "python api path"
+    # that replaces one of those runs the calls through apis.py's Python, compared with "python api path"; so do the
+    # module calls' and parameter gradients' (modules._fast_pre, _fast_post, _fast_param_grad: set before the model's
+    # first recorded call, which makes the gradients' hooks)
     apis._fast_call = None
+    modules._fast_pre = modules._fast_post = modules._fast_param_grad = None
     if way == "python api path":
         return
     cls, name, fn = {"no backward hook": (apis.ApiHooks, "_register_backward", nothing),

@@ -12,8 +12,9 @@ hooks" (no encoding, no stacks, no records sent), and "no writer encoding" (the 
 records it encodes in one C call without encoding them: its hold on the interpreter, which the training thread waits
 for, and its CPU, gone; its documents then nearly empty; where the writer encodes record by record, a flight
 recorder's, this way is "all"), "python api path" (the API calls' common case through apis.py's Python instead of its
-C, ``_apicall.c``; the C calls the encoder, the stacks and the send itself, so "no encoding", "no stacks", "no records
-sent", "bare hooks" and the timing inside run the Python path too). Prints each way's median step and its overhead
+C, ``_apicall.c``, and so the monitor preset's module calls; the C calls the encoder, the stacks and the send itself,
+so "no encoding", "no stacks", "no records sent", "bare hooks" and the timing inside run the Python path too; a
+parameter gradient's hook keeps the C it was made with in every way). Prints each way's median step and its overhead
 over "no tool"; a part's share is what switching it off took away from the overhead of "all". These figures are
 diagnostics: a way that is not the code's never runs in a job. Also each round's "all" over its "no tool" (steps
 seconds apart, so the machine's drift over the run cancels): their median and quartiles. ``--ways`` runs only the
@@ -65,7 +66,7 @@ _DROPPED = ("Record", "Merge", "Construct")
 
 def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, ways: tuple = WAYS) -> dict:
     from msprobe_inject import recorder, writer
-    from msprobe_inject.pytorch import apis
+    from msprobe_inject.pytorch import apis, modules
 
     debugger = debugger_for(name, tmp)
     rec = debugger.runtime
@@ -89,12 +90,16 @@ def run(name: str, rounds: int, warmup: int, tmp: str, inside_steps: int = 8, wa
         return i
 
     fast = apis._fast_call
+    module_fast = modules._fast_pre, modules._fast_post
 
     def set_way(way: str) -> None:
         # the API calls' C common case calls the encoder, the stacks and the send itself: the ways that replace those
         # (and the timing inside, which wraps them) run apis.py's Python path, "python api path" alone
         python_path = ("no encoding", "no stacks", "no records sent", "bare hooks", "python api path", "inside")
         apis._fast_call = None if way in python_path else fast
+        # so do a module call's at the monitor preset (modules._fast_pre, _fast_post); a parameter gradient's hook keeps
+        # the function it was made with, the C's (its body is then not timed inside)
+        modules._fast_pre, modules._fast_post = (None, None) if way in python_path else module_fast
         enc_type.encode, enc_type.tensor = real["encode"], real["tensor"]
         writer_type.send, writer_type.stack = real["send"], real["stack"]
         rec.module_bwd = module_bwd

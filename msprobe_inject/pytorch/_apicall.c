@@ -1,5 +1,6 @@
-/* A recorded API call's common case in one C call: DumpMode.__torch_function__'s body and ApiHooks.call_api's steps
- * without their interpreter frames (about 330 bytecode instructions per recorded call).
+/* A recorded call's common case in one C call: DumpMode.__torch_function__'s body and ApiHooks.call_api's steps
+ * without their interpreter frames (about 330 bytecode instructions per recorded call); below them, a module call's
+ * at the monitor preset and a parameter gradient's (module_pre, module_post, param_grad).
  *
  * call(mode, func, args, kwargs) -> the call's output, or the module's SLOW sentinel before the user's call has run
  * and before anything is recorded (a Python function's respelled arguments may have been asked of apinames.respell,
