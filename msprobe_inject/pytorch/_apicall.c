@@ -870,6 +870,8 @@ module_key(PyObject *prefix, const char *middle, long long idx)
 static int
 module_failed(PyObject *hooks, PyObject *what, PyObject *key)
 {
+    if (!PyErr_Occurred())
+        return 0; /* nothing failed that could be said */
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
     PyObject *t, *v, *tb;
@@ -926,7 +928,7 @@ module_slow(void)
 static PyObject *
 modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
-    if (nargs != 3 || T_frame == NULL)
+    if (nargs != 3 || T_frame == NULL || SLOW == NULL)
         return Py_NewRef(SLOW == NULL ? Py_None : SLOW);
     PyObject *hooks = a[0], *module = a[1];
     PyObject *rec = NULL, *s = NULL, *named = NULL, *ref = NULL, *prefix = NULL, *counts = NULL, *stack = NULL,
@@ -954,12 +956,21 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL || !PyLong_CheckExact(depth)
         || (d1 = PyNumber_Add(depth, V_one)) == NULL)
         goto slow;
-    PyObject *prev = PyDict_GetItemWithError(counts, prefix); /* borrowed */
+    PyObject *prev = PyDict_GetItemWithError(counts, prefix); /* borrowed: an int's read runs no Python */
     if (prev == NULL && PyErr_Occurred())
         goto slow;
-    long long idx = prev == NULL ? 0 : PyLong_AsLongLong(prev) + 1;
-    if ((prev != NULL && !PyLong_CheckExact(prev)) || PyErr_Occurred() || (idx_o = PyLong_FromLongLong(idx)) == NULL
-        || (fkey = module_key(prefix, "forward.", idx)) == NULL || PyObject_SetAttr(TLS, s_depth, d1) < 0)
+    long long idx = 0;
+    if (prev != NULL) {
+        int over = 0;
+        if (!PyLong_CheckExact(prev))
+            goto slow;
+        idx = PyLong_AsLongLongAndOverflow(prev, &over);
+        if (over || idx == LLONG_MAX || (idx == -1 && PyErr_Occurred()))
+            goto slow;
+        idx += 1;
+    }
+    if ((idx_o = PyLong_FromLongLong(idx)) == NULL || (fkey = module_key(prefix, "forward.", idx)) == NULL
+        || PyObject_SetAttr(TLS, s_depth, d1) < 0)
         goto slow;
     /* from here on the hook's: module_enter's body, its failure logged with the key and the frame None */
     if (PyDict_SetItem(counts, prefix, idx_o) < 0 || PyList_Append(stack, fkey) < 0)
@@ -971,7 +982,7 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (PyList_Append(frames, frame) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_Exception))
             goto done;
-        PyErr_Clear(); /* nothing could be pushed: the forward hook finds the enclosing frame, as in the Python */
+        PyErr_Clear(); /* out of memory: nothing pushed (the Python would raise into the forward here) */
     }
     result = Py_NewRef(Py_None);
     goto done;
@@ -1014,13 +1025,22 @@ module_record(PyObject *rec, PyObject *s, PyObject *fkey, PyObject *output)
         return -1;
     PyObject *stack = NULL, *enc = NULL, *value = NULL, *pending = NULL, *members = NULL, *w = NULL;
     int ok = 0;
-    if ((stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_Check(stack))
+    if ((stack = PyObject_GetAttr(TLS, s_stack)) == NULL)
         goto done;
+    if (!PyList_Check(stack)) {
+        PyErr_SetString(PyExc_TypeError, "the module stack is not a list");
+        goto done;
+    }
     Py_ssize_t n = PyList_GET_SIZE(stack);
-    int top = n > 0 ? PyObject_RichCompareBool(PyList_GET_ITEM(stack, n - 1), fkey, Py_EQ) : 0;
+    int top = 0;
+    if (n > 0) {
+        PyObject *last = Py_NewRef(PyList_GET_ITEM(stack, n - 1));
+        top = PyObject_RichCompareBool(last, fkey, Py_EQ);
+        Py_DECREF(last);
+    }
     if (top < 0)
         goto done;
-    if (top) {
+    if (top && PyList_GET_SIZE(stack) == n) {
         if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
             goto done;
     } else {
@@ -1078,7 +1098,9 @@ module_params(PyObject *hooks, PyObject *module, PyObject *prefix)
             } else if (!PyTuple_Check(prev) || PyTuple_GET_SIZE(prev) < 3) {
                 missing = 1;
             } else {
-                PyObject *held = PyObject_CallNoArgs(PyTuple_GET_ITEM(prev, 2));
+                PyObject *pref = Py_NewRef(PyTuple_GET_ITEM(prev, 2));
+                PyObject *held = PyObject_CallNoArgs(pref);
+                Py_DECREF(pref);
                 missing = held == NULL ? -1 : held != p;
                 Py_XDECREF(held);
             }
@@ -1104,13 +1126,13 @@ module_params(PyObject *hooks, PyObject *module, PyObject *prefix)
 static PyObject *
 modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
-    if (nargs != 4 || T_frame == NULL)
+    if (nargs != 4 || T_frame == NULL || SLOW == NULL)
         return Py_NewRef(SLOW == NULL ? Py_None : SLOW);
     PyObject *hooks = a[0], *module = a[1], *output = a[3];
     if (output == RAISED)
         return Py_NewRef(SLOW);
     PyObject *rec = NULL, *s = NULL, *enc = NULL, *frames = NULL, *frame = NULL, *depth = NULL, *fkey = NULL,
-             *prefix = NULL;
+             *prefix = NULL, *stack = NULL;
     PyObject *result = NULL;
     int r;
     if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
@@ -1129,7 +1151,8 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (pgrads < 0 || (pgrads && strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0))
         goto slow;
     if ((frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
-        || PyList_GET_SIZE(frames) == 0)
+        || PyList_GET_SIZE(frames) == 0 || (stack = PyObject_GetAttr(TLS, s_stack)) == NULL
+        || !PyList_CheckExact(stack))
         goto slow;
     frame = Py_NewRef(PyList_GET_ITEM(frames, PyList_GET_SIZE(frames) - 1));
     if (!Py_IS_TYPE(frame, (PyTypeObject *)T_frame))
@@ -1152,7 +1175,11 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     Py_DECREF(d1);
     Py_ssize_t n = PyList_GET_SIZE(frames);
-    if (PyList_SetSlice(frames, n - 1, n, NULL) < 0 || module_record(rec, s, fkey, output) < 0) {
+    if (n == 0 || PyList_GET_ITEM(frames, n - 1) != frame) {
+        PyErr_SetString(PyExc_RuntimeError, "the module frames changed under the forward hook");
+        if (module_failed(hooks, s_hook_failed, fkey) < 0)
+            goto done;
+    } else if (PyList_SetSlice(frames, n - 1, n, NULL) < 0 || module_record(rec, s, fkey, output) < 0) {
         if (module_failed(hooks, s_hook_failed, fkey) < 0)
             goto done;
     }
@@ -1164,6 +1191,7 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 slow:
     result = module_slow();
 done:
+    Py_XDECREF(stack);
     Py_XDECREF(prefix);
     Py_XDECREF(fkey);
     Py_XDECREF(depth);
@@ -1180,10 +1208,10 @@ done:
  * this process, no filters, no tensor files, the encoder's C entries; the gradient a plain tensor, not Megatron's
  * main_grad), the same record member; any other case hooks._param_grad_slow(prefix, pname, pref), the Python's. A
  * failure is logged as the Python logs it and never raised into the backward pass. */
-static PyObject *s_pgrad_counts, *s_ctx_one, *s_grad, *s_main_grad, *s_tensor, *s_param_grad_slow,
+static PyObject *s_pgrad_counts, *s_ctx_one, *s_grad, *s_main_grad, *s_tensor_entry, *s_param_grad_slow,
     *s_capture_failed_txt;
 
-/* the member's entry: the encoder's C call for one tensor (Encoder.tensor's), its Python where that call raised */
+/* the member's entry as Encoder.tensor makes it: the C call's first item, its Python where that call raised */
 static PyObject *
 grad_entry(PyObject *enc, PyObject *entries, PyObject *grad, PyObject *pending)
 {
@@ -1194,18 +1222,14 @@ grad_entry(PyObject *enc, PyObject *entries, PyObject *grad, PyObject *pending)
     }
     Py_XDECREF(one);
     Py_XDECREF(ctx);
-    if (got != NULL && PyList_CheckExact(got) && PyList_GET_SIZE(got) == 1) {
-        PyObject *e = Py_NewRef(PyList_GET_ITEM(got, 0));
-        Py_DECREF(got);
-        return e;
-    }
+    PyObject *e = got == NULL ? NULL : PySequence_GetItem(got, 0);
     Py_XDECREF(got);
-    if (PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return NULL;
-        PyErr_Clear();
-    }
-    return PyObject_CallMethodObjArgs(enc, s_tensor, grad, pending, Py_None, NULL);
+    if (e != NULL)
+        return e;
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyErr_Clear();
+    return PyObject_CallMethodObjArgs(enc, s_tensor_entry, grad, pending, Py_None, NULL);
 }
 
 static PyObject *
@@ -1271,14 +1295,25 @@ modcall_param_grad(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "a parameter-gradient count is not [index, name]");
             goto leave;
         }
-        if ((r = PyObject_RichCompareBool(PyList_GET_ITEM(cur, 1), pname, Py_EQ)) < 0)
+        Py_INCREF(cur); /* held: the compare may run Python that changes the counts */
+        PyObject *name = Py_NewRef(PyList_GET_ITEM(cur, 1));
+        r = PyObject_RichCompareBool(name, pname, Py_EQ);
+        Py_DECREF(name);
+        if (r < 0 || PyList_GET_SIZE(cur) < 2) {
+            Py_DECREF(cur);
+            if (r >= 0)
+                PyErr_SetString(PyExc_TypeError, "a parameter-gradient count is not [index, name]");
             goto leave;
+        }
         if (r) {
             PyObject *next = PyNumber_Add(PyList_GET_ITEM(cur, 0), V_one);
-            if (next == NULL || PyList_SetItem(cur, 0, next) < 0) /* steals next */
+            if (next == NULL || PyList_SetItem(cur, 0, next) < 0) { /* steals next */
+                Py_DECREF(cur);
                 goto leave;
+            }
         }
         idx = PyLong_AsLongLong(PyList_GET_ITEM(cur, 0));
+        Py_DECREF(cur);
         if (idx == -1 && PyErr_Occurred())
             goto leave;
     }
@@ -1305,6 +1340,8 @@ slow_or_failed:
         goto failed;
 slow:
     result = PyObject_CallMethodObjArgs(hooks, s_param_grad_slow, prefix, pname, pref, NULL);
+    if (result == NULL)
+        goto failed; /* what the recorder's own guard does not cover (its first reads): logged, not raised */
     goto done;
 none_or_failed:
     if (r < 0)
@@ -1314,16 +1351,17 @@ none:
     goto done;
 failed:
     /* Recorder.param_grad's except, and its record's name; nothing reaches autograd but what is no Exception */
-    if (PyErr_ExceptionMatches(PyExc_Exception)) {
-        PyObject *rname = NULL, *head = PyUnicode_Check(prefix) && PyUnicode_GET_LENGTH(prefix) > 0
-            ? PyUnicode_Substring(prefix, 0, PyUnicode_GET_LENGTH(prefix) - 1) : NULL;
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_Exception)) {
+        Held h;
+        hold(&h); /* the failure, put back once its record's name is made (f"{prefix[:-1]}.parameters_grad") */
+        PyObject *rname = NULL, *head = PyUnicode_Check(prefix)
+            ? PyUnicode_Substring(prefix, 0, PyUnicode_GET_LENGTH(prefix) > 0 ? PyUnicode_GET_LENGTH(prefix) - 1 : 0)
+            : NULL;
         if (head != NULL)
             rname = PyUnicode_FromFormat("%U.parameters_grad", head);
         Py_XDECREF(head);
-        if (rname == NULL) {
-            PyErr_Clear(); /* the error logged is then the one here: the first is gone */
-            PyErr_SetString(PyExc_RuntimeError, "a parameter gradient's record name");
-        }
+        PyErr_Clear(); /* a name that could not be made: logged without one */
+        PyErr_Restore(h.t, h.v, h.tb);
         if (module_failed(hooks, s_capture_failed_txt, rname) == 0)
             result = Py_NewRef(Py_None);
         Py_XDECREF(rname);
@@ -1487,7 +1525,7 @@ PyInit__apicall(void)
     I(s_parameters, "_parameters"); I(s_fkey, "fkey"); I(s_prefix, "prefix"); I(s_c_failed, "_c_failed");
     I(s_pre_failed, "module pre-hook failed"); I(s_hook_failed, "module hook failed");
     I(s_pgrad_counts, "pgrad_counts"); I(s_ctx_one, "_ctx_one"); I(s_grad, "grad"); I(s_main_grad, "main_grad");
-    I(s_tensor, "tensor"); I(s_param_grad_slow, "_param_grad_slow"); I(s_capture_failed_txt, "capture failed");
+    I(s_tensor_entry, "_tensor_entry"); I(s_param_grad_slow, "_param_grad_slow"); I(s_capture_failed_txt, "capture failed");
 #undef I
     if ((V_one = PyLong_FromLong(1)) == NULL || (V_zero = PyLong_FromLong(0)) == NULL)
         return NULL;
