@@ -505,6 +505,18 @@ done:
     return info;
 }
 
+/* the session's filters in force: 1, 0, or -1 with an error */
+static int
+filters_active(PyObject *s)
+{
+    PyObject *filters = attrs_get(s, s_filters);
+    if (filters == NULL)
+        return -1;
+    int r = attrs_true(filters, s_active);
+    Py_DECREF(filters);
+    return r;
+}
+
 /* 1: the common case this module records; 0: the Python's (SLOW); -1: an error */
 static int
 common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject *s, PyObject *enc)
@@ -523,14 +535,7 @@ common(PyObject *func, PyObject *info, PyObject *kwargs, PyObject *rec, PyObject
         return r;
     if (kwargs != NULL && (r = PyDict_Contains(kwargs, s_out)) != 0)
         return r < 0 ? -1 : 0;
-    if ((r = attrs_true(rec, s_forked)) != 0)
-        return r < 0 ? -1 : 0;
-    PyObject *filters = attrs_get(s, s_filters);
-    if (filters == NULL)
-        return -1;
-    r = attrs_true(filters, s_active);
-    Py_DECREF(filters);
-    if (r != 0)
+    if ((r = attrs_true(rec, s_forked)) != 0 || (r = filters_active(s)) != 0)
         return r < 0 ? -1 : 0;
     if ((r = attrs_true(enc, s_some_files)) != 0)
         return r < 0 ? -1 : 0;
@@ -772,9 +777,7 @@ backward_body(PyObject *rec, PyObject *s, PyObject *bkey, PyObject *record, PyOb
     }
     if (r < 0 || (r = PyObject_IsTrue(record)) <= 0)
         return r;
-    PyObject *filters = attrs_get(s, s_filters);
-    r = filters == NULL ? -1 : attrs_true(filters, s_active);
-    Py_XDECREF(filters);
+    r = filters_active(s);
     if (r > 0) {
         PyObject *enclosing = PyList_New(0);
         PyObject *got = enclosing == NULL ? NULL : PyObject_CallMethodObjArgs(rec, s_keep, bkey, enclosing, NULL);
@@ -901,14 +904,9 @@ module_case(PyObject *rec, PyObject *s)
         || (r = attrs_true(rec, s_api_suspended)) != 0 || (r = attrs_true(rec, s_construct)) != 0
         || (r = attrs_true(rec, s_extra)) != 0 || (r = attrs_true(rec, s_inp)) != 0
         || (r = attrs_true(rec, s_module_bwd)) != 0 || (r = attrs_true(rec, s_params_on)) != 0
-        || (r = attrs_true(rec, s_fwd)) <= 0 || (r = attrs_true(rec, s_outp)) <= 0)
+        || (r = attrs_true(rec, s_fwd)) <= 0 || (r = attrs_true(rec, s_outp)) <= 0 || (r = filters_active(s)) != 0)
         return r < 0 ? -1 : 0;
-    PyObject *filters = attrs_get(s, s_filters);
-    if (filters == NULL)
-        return -1;
-    r = attrs_true(filters, s_active);
-    Py_DECREF(filters);
-    return r < 0 ? -1 : !r;
+    return 1;
 }
 
 /* SLOW for an error while the case is asked (nothing has changed: the Python body asks again and fails, or not, in
@@ -1254,12 +1252,7 @@ modcall_param_grad(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         goto none_or_failed;
     if (!PyUnicode_CheckExact(prefix) || PyUnicode_GET_LENGTH(prefix) == 0)
         goto slow;
-    PyObject *filters = attrs_get(s, s_filters);
-    if (filters == NULL)
-        goto failed;
-    r = attrs_true(filters, s_active);
-    Py_DECREF(filters);
-    if (r != 0)
+    if ((r = filters_active(s)) != 0)
         goto slow_or_failed;
     if ((enc = attrs_get(rec, s_encoder)) == NULL)
         goto failed;
