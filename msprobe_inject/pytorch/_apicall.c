@@ -81,6 +81,40 @@ call_through(PyObject *func, PyObject *args, PyObject *kwargs)
     return PyObject_Call(func, args, kwargs);
 }
 
+/* v's decimal digits written to end at e (room for 21 characters before it); where they begin. "%lld" by hand:
+ * snprintf through glibc's positional printf was ~1,200 instructions a key */
+static char *
+decimal(char *e, long long v)
+{
+    char *q = e;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--q = '-';
+    return q;
+}
+
+/* the ASCII parts part[0..n), of lengths len[0..n), joined into one str; a new reference, or NULL with an error */
+static PyObject *
+ascii_join(const char *const *part, const Py_ssize_t *len, int n)
+{
+    Py_ssize_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += len[i];
+    PyObject *key = PyUnicode_New(total, 127);
+    if (key == NULL)
+        return NULL;
+    char *dst = (char *)PyUnicode_1BYTE_DATA(key);
+    for (int i = 0; i < n; i++) {
+        memcpy(dst, part[i], (size_t)len[i]);
+        dst += len[i];
+    }
+    return key;
+}
+
 /* names.api_key(base, idx, direction): "{base}{idx}.{direction}", the common case (an ASCII base, an int) joined
  * by hand: PyUnicode_FromFormat parses its format at every call */
 static PyObject *
@@ -91,25 +125,10 @@ api_key(PyObject *base, PyObject *idx, const char *direction)
     long long v = PyLong_AsLongLong(idx);
     if (v == -1 && PyErr_Occurred())
         return NULL;
-    /* "%lld" by hand: snprintf through glibc's positional printf was ~1,200 instructions a key */
-    char num[24], *e = num + sizeof num, *q = e;
-    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--q = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        *--q = '-';
-    Py_ssize_t nn = e - q, nb = PyUnicode_GET_LENGTH(base), nd = (Py_ssize_t)strlen(direction);
-    PyObject *key = PyUnicode_New(nb + nn + 1 + nd, 127);
-    if (key == NULL)
-        return NULL;
-    char *dst = (char *)PyUnicode_1BYTE_DATA(key);
-    memcpy(dst, PyUnicode_1BYTE_DATA(base), (size_t)nb);
-    memcpy(dst + nb, q, (size_t)nn);
-    dst[nb + nn] = '.';
-    memcpy(dst + nb + nn + 1, direction, (size_t)nd);
-    return key;
+    char num[24], *e = num + sizeof num, *q = decimal(e, v);
+    const char *part[4] = {(const char *)PyUnicode_1BYTE_DATA(base), q, ".", direction};
+    Py_ssize_t len[4] = {PyUnicode_GET_LENGTH(base), e - q, 1, (Py_ssize_t)strlen(direction)};
+    return ascii_join(part, len, 4);
 }
 
 /* the held error put back after the cleanup call, or the cleanup's error kept if there was none before */
@@ -849,23 +868,12 @@ static PyObject *s_named, *s_module_level, *s_api_suspended, *s_module_counts, *
 static PyObject *
 module_key(PyObject *prefix, const char *middle, long long idx)
 {
-    if (!PyUnicode_IS_ASCII(prefix) || idx < 0)
+    if (!PyUnicode_IS_ASCII(prefix))
         return PyUnicode_FromFormat("%U%s%lld", prefix, middle, idx);
-    char num[24], *e = num + sizeof num, *q = e;
-    unsigned long long u = (unsigned long long)idx;
-    do {
-        *--q = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    Py_ssize_t nn = e - q, nb = PyUnicode_GET_LENGTH(prefix), nm = (Py_ssize_t)strlen(middle);
-    PyObject *key = PyUnicode_New(nb + nm + nn, 127);
-    if (key == NULL)
-        return NULL;
-    char *dst = (char *)PyUnicode_1BYTE_DATA(key);
-    memcpy(dst, PyUnicode_1BYTE_DATA(prefix), (size_t)nb);
-    memcpy(dst + nb, middle, (size_t)nm);
-    memcpy(dst + nb + nm, q, (size_t)nn);
-    return key;
+    char num[24], *e = num + sizeof num, *q = decimal(e, idx);
+    const char *part[3] = {(const char *)PyUnicode_1BYTE_DATA(prefix), middle, q};
+    Py_ssize_t len[3] = {PyUnicode_GET_LENGTH(prefix), (Py_ssize_t)strlen(middle), e - q};
+    return ascii_join(part, len, 3);
 }
 
 /* the error set logged through hooks._c_failed(what, exc, key) (key NULL: None), then cleared; a BaseException that
