@@ -17,9 +17,11 @@ all-threads count by about 1 % of an L1 call from run to run. Figures: instructi
 over "none" (the same loop without a tool), the calls being the configuration's forward records per iteration
 (API calls at L1, module calls at L0, both at mix). "L0 flight" and "monitor" are ``overhead.py``'s configurations of
 those names (a flight recorder of 4 steps, triggered after the count so that its records can be counted; the monitor
-preset). The floors: "floor" a TorchFunctionMode that only calls through (the API levels'), "module floor" torch's
-global module forward pre-hook and hook and a hook on each parameter's gradient accumulation, all doing nothing (the
-module levels'). An instruction is not a nanosecond (a cache miss costs hundreds),
+preset); "L0 idle" the debugger started at L0 with a step range that leaves out every step (its hooks in place, nothing
+recorded: what each step before a job's range costs; it has no calls, compare its iteration with no tool's). The
+floors: "floor" a TorchFunctionMode that only calls through (the API levels'), "module floor" torch's global module
+forward pre-hook and hook and a hook on each parameter's gradient accumulation, all doing nothing (the module
+levels'). An instruction is not a nanosecond (a cache miss costs hundreds),
 but on this loop, whose data stay in cache, the two move together; the timed figures are ``percall.py``'s.
 
 --baseline DIR counts each configuration of ours again with another checkout's code (``git worktree add DIR REV``, its
@@ -50,7 +52,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # a configuration's level, and the settings it adds to the dump config (overhead.py's names)
 CONFIGS = {"none": None, "floor": None, "module floor": None, "L1": ("L1", {}), "mix": ("mix", {}), "L0": ("L0", {}),
-           "L0 flight": ("L0", {"flight_recorder": 4}), "monitor": ("L0", {"preset": "monitor"})}
+           "L0 flight": ("L0", {"flight_recorder": 4}), "monitor": ("L0", {"preset": "monitor"}),
+           "L0 idle": ("L0", {"step": [1000]})}
 WAYS = ("no backward hook", "no encoding", "records not sent", "no stacks", "no param grads", "no module backward",
         "python api path")
 

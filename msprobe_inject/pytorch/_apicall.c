@@ -853,15 +853,16 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
  * module_pre(hooks, module, args) and module_post(hooks, module, kwargs, output): ModuleHooks._pre and _post's steps
  * with Recorder.module_enter's and module_exit's, for the case of the monitor preset (a named module, the session
  * running at a module level, no filters, no tensor files, the outputs recorded and nothing else: no inputs, stacks,
- * tree places, parameters or backward capture; not a compiled module). None when done; SLOW where the case is
- * another or anything could not be asked, before anything has changed: the Python body then runs the hook as it
- * always did (modules.py and recorder.py stay the owners of what a module record is; the parity test in
- * tests/inject/pytorch/test_apicall.py compares the two). A failure once the hook has begun to change things is
- * logged as the Python logs it (ModuleHooks._c_failed) and never raised into the user's forward. */
+ * tree places, parameters or backward capture; not a compiled module); and for a call the tool does not record (an
+ * API level's, the session not running, a step outside the range) the depth and frame count _pre and _post keep. None
+ * when done; SLOW where the case is another or anything could not be asked, before anything has changed: the Python
+ * body then runs the hook as it always did (modules.py and recorder.py stay the owners of what a module record is;
+ * the parity tests in tests/inject/pytorch/test_apicall.py compare the two). A failure once the hook has begun to
+ * change things is logged as the Python logs it (ModuleHooks._c_failed) and never raised into the user's forward. */
 static PyObject *F_graph_task, *T_frame, *T_merge, *RAISED;
 static PyObject *s_named, *s_module_level, *s_api_suspended, *s_module_counts, *s_depth, *s_mframes, *s_module_bwd,
     *s_pgrads, *s_params_on, *s_acc, *s_param_grad_hooks, *s_parameters, *s_fkey, *s_prefix, *s_c_failed,
-    *s_pre_failed, *s_hook_failed;
+    *s_pre_failed, *s_hook_failed, *s_token_range;
 
 /* prefix + middle + idx: a forward record's key (names.module_key, middle "forward.") or a parameter gradient's
  * (names.param_grad_key, middle "parameters_grad.") */
@@ -902,19 +903,35 @@ module_failed(PyObject *hooks, PyObject *what, PyObject *key)
     return 0;
 }
 
-/* the thread's and recorder's side of both hooks: 1 where the case is this module's, 0 where not, -1 with an error */
+/* the recorder's side of both hooks, once the thread is not busy, the process not a fork's and the session running at
+ * a module level: 1 where the case is this module's, 0 where not, -1 with an error */
 static int
 module_case(PyObject *rec, PyObject *s)
 {
     int r;
-    if ((r = plain_true(TLS, s_busy)) != 0 || (r = attrs_true(rec, s_forked)) != 0
-        || (r = attrs_true(s, s_running)) <= 0 || (r = attrs_true(rec, s_module_level)) <= 0
-        || (r = attrs_true(rec, s_api_suspended)) != 0 || (r = attrs_true(rec, s_construct)) != 0
+    if ((r = attrs_true(rec, s_api_suspended)) != 0 || (r = attrs_true(rec, s_construct)) != 0
         || (r = attrs_true(rec, s_extra)) != 0 || (r = attrs_true(rec, s_inp)) != 0
         || (r = attrs_true(rec, s_module_bwd)) != 0 || (r = attrs_true(rec, s_params_on)) != 0
         || (r = attrs_true(rec, s_fwd)) <= 0 || (r = attrs_true(rec, s_outp)) <= 0 || (r = filters_active(s)) != 0)
         return r < 0 ? -1 : 0;
     return 1;
+}
+
+/* the thread's and process's side of both hooks: 1 where they pass the call through (the tool's own tensor work, a
+ * forked child's hooks), 0 where not, -1 with an error */
+static int
+module_passes(PyObject *rec)
+{
+    int r = plain_true(TLS, s_busy);
+    return r != 0 ? r : attrs_true(rec, s_forked);
+}
+
+/* the session running at a module level: 1, 0, or -1 with an error */
+static int
+module_recording(PyObject *rec, PyObject *s)
+{
+    int r = attrs_true(s, s_running);
+    return r <= 0 ? r : attrs_true(rec, s_module_level);
 }
 
 /* SLOW for an error while the case is asked (nothing has changed: the Python body asks again and fails, or not, in
@@ -930,7 +947,24 @@ module_slow(void)
     return Py_NewRef(SLOW);
 }
 
-/* module_pre(hooks, module, args): see above */
+/* the pre-hook's count of a call it does not record: tls.depth one deeper and a None frame pushed, which the forward
+ * hook pops (a failed push is an out-of-memory the Python would raise into the forward: nothing pushed) */
+static PyObject *
+module_pass(PyObject *frames, PyObject *d1)
+{
+    if (PyObject_SetAttr(TLS, s_depth, d1) < 0)
+        return module_slow(); /* nothing changed */
+    if (PyList_Append(frames, Py_None) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    return Py_NewRef(Py_None);
+}
+
+/* module_pre(hooks, module, args): see above. A call the tool does not record (an API level's, the session not
+ * running, a step outside the range) is counted here too, as _pre counts it; a top-level call, a token range, a
+ * compiled module or a recomputed forward are the Python's. */
 static PyObject *
 modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
@@ -938,10 +972,21 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         return Py_NewRef(SLOW == NULL ? Py_None : SLOW);
     PyObject *hooks = a[0], *module = a[1];
     PyObject *rec = NULL, *s = NULL, *named = NULL, *ref = NULL, *prefix = NULL, *counts = NULL, *stack = NULL,
-             *frames = NULL, *depth = NULL, *g = NULL, *d1 = NULL, *idx_o = NULL, *fkey = NULL, *frame = NULL;
+             *frames = NULL, *depth = NULL, *g = NULL, *d1 = NULL, *idx_o = NULL, *fkey = NULL, *frame = NULL,
+             *tr = NULL;
     PyObject *result = NULL;
+    int r;
     if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
-        || module_case(rec, s) <= 0)
+        || (r = module_passes(rec)) < 0)
+        goto slow;
+    if (r) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* recorded and another case than this file's (inputs, stacks, backward capture, filters...): the Python's, asked
+     * first */
+    int recording = module_recording(rec, s);
+    if (recording < 0 || (recording && module_case(rec, s) <= 0))
         goto slow;
     /* a module forward inside a backward pass (activation checkpointing's recomputation) is the Python's */
     if ((g = PyObject_CallNoArgs(F_graph_task)) == NULL)
@@ -953,14 +998,28 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         || (ref = PyWeakref_NewRef(module, NULL)) == NULL)
         goto slow;
     prefix = PyDict_GetItemWithError(named, ref); /* borrowed until the next line */
-    if (prefix == NULL || !PyUnicode_CheckExact(prefix))
+    if (prefix == NULL && PyErr_Occurred())
         goto slow;
-    Py_INCREF(prefix);
-    if ((counts = attrs_get(s, s_module_counts)) == NULL || !PyDict_CheckExact(counts)
-        || (stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_CheckExact(stack)
-        || (frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
+    Py_XINCREF(prefix);
+    if ((frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
         || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL || !PyLong_CheckExact(depth)
         || (d1 = PyNumber_Add(depth, V_one)) == NULL)
+        goto slow;
+    if (prefix == NULL) { /* a module not named: a model's top-level call, a token count, a compiled one: Python */
+        if ((r = PyObject_RichCompareBool(depth, V_zero, Py_EQ)) != 0 || (tr = attrs_get(rec, s_token_range)) == NULL
+            || tr != Py_None || strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0)
+            goto slow;
+        result = module_pass(frames, d1);
+        goto done;
+    }
+    if (!PyUnicode_CheckExact(prefix))
+        goto slow;
+    if (!recording) {
+        result = module_pass(frames, d1);
+        goto done;
+    }
+    if ((counts = attrs_get(s, s_module_counts)) == NULL || !PyDict_CheckExact(counts)
+        || (stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_CheckExact(stack))
         goto slow;
     PyObject *prev = PyDict_GetItemWithError(counts, prefix); /* borrowed: an int's read runs no Python */
     if (prev == NULL && PyErr_Occurred())
@@ -1005,6 +1064,7 @@ failed:
 slow:
     result = module_slow();
 done:
+    Py_XDECREF(tr);
     Py_XDECREF(frame);
     Py_XDECREF(fkey);
     Py_XDECREF(idx_o);
@@ -1142,7 +1202,39 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyObject *result = NULL;
     int r;
     if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
-        || module_case(rec, s) <= 0)
+        || (r = module_passes(rec)) < 0)
+        goto slow;
+    if (r) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    int recording = module_recording(rec, s);
+    if (recording < 0 || (recording && module_case(rec, s) <= 0))
+        goto slow;
+    if ((frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
+        || PyList_GET_SIZE(frames) == 0 || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL
+        || !PyLong_CheckExact(depth))
+        goto slow;
+    if (PyList_GET_ITEM(frames, PyList_GET_SIZE(frames) - 1) == Py_None) {
+        /* a call the pre-hook did not record: one level up and its frame popped; where that ends a top-level
+         * forward (a step boundary, zero-code's), the Python's */
+        PyObject *d1 = PyNumber_Subtract(depth, V_one);
+        int above = d1 == NULL ? -1 : PyObject_RichCompareBool(d1, V_zero, Py_GT);
+        if (above <= 0 || PyObject_SetAttr(TLS, s_depth, d1) < 0) {
+            Py_XDECREF(d1);
+            goto slow; /* nothing changed */
+        }
+        Py_DECREF(d1);
+        Py_ssize_t n = PyList_GET_SIZE(frames);
+        if (PyList_SetSlice(frames, n - 1, n, NULL) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto done;
+            PyErr_Clear();
+        }
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (!recording) /* a frame of a call recorded while the session stopped under it */
         goto slow;
     if ((enc = attrs_get(rec, s_encoder)) == NULL || (r = attrs_true(enc, s_some_files)) != 0)
         goto slow;
@@ -1156,9 +1248,7 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     int pgrads = attrs_true(rec, s_pgrads);
     if (pgrads < 0 || (pgrads && strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0))
         goto slow;
-    if ((frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
-        || PyList_GET_SIZE(frames) == 0 || (stack = PyObject_GetAttr(TLS, s_stack)) == NULL
-        || !PyList_CheckExact(stack))
+    if ((stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_CheckExact(stack))
         goto slow;
     frame = Py_NewRef(PyList_GET_ITEM(frames, PyList_GET_SIZE(frames) - 1));
     if (!Py_IS_TYPE(frame, (PyTypeObject *)T_frame))
@@ -1169,8 +1259,7 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     r = bw == Py_None;
     Py_DECREF(bw);
     if (!r || (r = attrs_true(frame, s_keep)) <= 0 || (fkey = attrs_get(frame, s_fkey)) == NULL
-        || (prefix = attrs_get(frame, s_prefix)) == NULL || !PyUnicode_CheckExact(prefix)
-        || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL || !PyLong_CheckExact(depth))
+        || (prefix = attrs_get(frame, s_prefix)) == NULL || !PyUnicode_CheckExact(prefix))
         goto slow;
     /* from here on the hook's: tls.depth, the frame popped, module_exit's body (its failure logged with the key) */
     PyObject *d1 = PyNumber_Subtract(depth, V_one);
@@ -1524,7 +1613,7 @@ PyInit__apicall(void)
     I(s_module_counts, "module_counts"); I(s_depth, "depth"); I(s_mframes, "mframes"); I(s_module_bwd, "module_bwd");
     I(s_pgrads, "pgrads"); I(s_params_on, "params_on"); I(s_acc, "_acc"); I(s_param_grad_hooks, "_param_grad_hooks");
     I(s_parameters, "_parameters"); I(s_fkey, "fkey"); I(s_prefix, "prefix"); I(s_c_failed, "_c_failed");
-    I(s_pre_failed, "module pre-hook failed"); I(s_hook_failed, "module hook failed");
+    I(s_token_range, "token_range"); I(s_pre_failed, "module pre-hook failed"); I(s_hook_failed, "module hook failed");
     I(s_pgrad_counts, "pgrad_counts"); I(s_ctx_one, "_ctx_one"); I(s_grad, "grad"); I(s_main_grad, "main_grad");
     I(s_tensor_entry, "_tensor_entry"); I(s_param_grad_slow, "_param_grad_slow"); I(s_capture_failed_txt, "capture failed");
 #undef I

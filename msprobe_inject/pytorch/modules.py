@@ -470,9 +470,10 @@ def _fwd_hook_kwargs() -> bool:
 
 
 # A module call's common case in C where built (_apicall.c's module_pre and module_post: _pre's and _post's steps with
-# the recorder's module_enter and module_exit, for a call that records its outputs alone, the monitor preset's), and a
-# parameter gradient's (param_grad: Recorder.param_grad's steps); None runs every one through the Python above. A
-# gradient hook is made with the function of its time: switching it off reaches the hooks made after.
+# the recorder's module_enter and module_exit, for a call that records its outputs alone, the monitor preset's; and
+# the depth and frame count of a call not recorded: an API level's, a step outside the range), and a parameter
+# gradient's (param_grad: Recorder.param_grad's steps); None runs every one through the Python above. A gradient hook
+# is made with the function of its time: switching it off reaches the hooks made after.
 _fast_pre = _fast_post = _fast_param_grad = None
 if _apicall is not None:
     _apicall.module_setup(_graph_task, ModuleFrame, Merge, _RAISED)

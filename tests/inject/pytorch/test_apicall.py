@@ -336,6 +336,104 @@ def test_a_module_call_and_a_parameter_gradient_are_written_as_the_python_path_w
     assert c_pgrad == 1
 
 
+# a module call the tool does not record: an API level's, and every call of a step outside the range
+PASS_SCRIPT = MODULE_WAY + """
+from torch.utils.checkpoint import checkpoint
+from msprobe_inject.pytorch.state import tls
+python_pre = [0]
+real_task = modules._graph_task  # the C holds its own reference: this counts the Python body of _pre alone
+def counted_task():
+    python_pre[0] += 1
+    return real_task()
+modules._graph_task = counted_task
+
+loose = nn.Linear(4, 4)  # called inside the model's forward, not one of its modules: not named
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+class Fails(nn.Module):
+    def forward(self, x):
+        raise ValueError("the user's own error")
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(Inner(), Inner())
+        self.ckpt = Inner()
+        self.fails = Fails()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = loose(self.inner(x))
+        try:
+            self.fails(x)
+        except ValueError:
+            pass
+        x = checkpoint(self.ckpt, x, use_reentrant=False)
+        return self.head(x)
+
+settings = {"L1": {"level": "L1", "step": [1]}, "monitor": {"level": "L0", "preset": "monitor", "step": [1]},
+            "mix": {"level": "mix", "step": [1]}}[sys.argv[2]]
+with open("config.json", "w") as fh:
+    json.dump({"task": "statistics", "dump_path": "d", **settings}, fh)
+debugger = PrecisionDebugger(config_path="config.json")
+m = Net()
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+seen = []
+for step in range(3):
+    python_pre[0] = 0
+    debugger.start(model=m)
+    m(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    seen.append((python_pre[0], tls.depth, len(tls.mframes)))
+    debugger.stop()
+    debugger.step()
+print("PASSED", json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("config", ["L1", "monitor", "mix"])
+def test_a_module_call_not_recorded_is_counted_as_the_python_path_counts_it(tmp_path, config):
+    runs = {}
+    for way in ("c", "py"):
+        cwd = tmp_path / way
+        cwd.mkdir()
+        out = run_py(PASS_SCRIPT, str(cwd), args=(way, config)).stdout
+        if "NO-C" in out:
+            pytest.skip("the C common case is not built here")
+        files = {}
+        for path in sorted(glob.glob(str(cwd / "d" / "**" / "*"), recursive=True)):
+            rel = os.path.relpath(path, cwd / "d").split(os.sep)
+            if os.path.isfile(path) and rel[0].startswith("step"):
+                rel[1] = "rank"
+                with open(path, "rb") as fh:
+                    files["/".join(rel)] = fh.read().replace(str(cwd).encode(), b"CWD")
+        runs[way] = files, json.loads(out.split("PASSED")[1])
+    (fast, c_seen), (slow, py_seen) = runs["c"], runs["py"]
+    assert sorted(fast) == sorted(slow) and sorted({k.split("/")[0] for k in fast}) == ["step1"]
+    differ = [k for k in fast if fast[k] != slow[k]]
+    assert not differ, (differ, fast[differ[0]][:2000], slow[differ[0]][:2000])
+    data = json.loads(fast["step1/rank/dump.json"])["data"]
+    assert any(k.startswith("Torch.relu.") for k in data) == (config != "monitor")
+    assert any(k.startswith("Module.") for k in data) == (config != "L1")
+    # every step ends its forward and backward with the module frames balanced, both ways
+    assert [s[1:] for s in c_seen] == [s[1:] for s in py_seen] == [[0, 0]] * 3
+    # the Python body of _pre: every module call in one run (the checkpointed module's twice: its recomputation);
+    # in the other the model's top-level call and the recomputation's; and at the step recorded at mix, whose module
+    # records are the Python's, every call again
+    calls = 1 + 1 + 2 * 2 + 1 + 1 + 2 + 1  # net, inner, its two and their fc's, loose, fails, ckpt and its fc, head
+    assert [s[0] for s in py_seen] == [calls + 2] * 3
+    passed = 1 + 2
+    assert [s[0] for s in c_seen] == [passed, calls + 2 if config == "mix" else passed, passed]
+
+
 def test_a_failing_module_record_is_logged_as_the_python_path_logs_it_and_the_forward_returns(tmp_path):
     code = MODULE_WAY + """
 with open("config.json", "w") as fh:
