@@ -917,21 +917,24 @@ module_case(PyObject *rec, PyObject *s)
     return 1;
 }
 
-/* the thread's and process's side of both hooks: 1 where they pass the call through (the tool's own tensor work, a
- * forked child's hooks), 0 where not, -1 with an error */
+/* both hooks' opening: the recorder and session read (new references in *rec and *s, NULL where not read) and whether
+ * the session records at a module level (*recording). 1 to go on; 0 where the call is passed through (the tool's own
+ * tensor work, a forked child's hooks); -1 where it is the Python's (recorded in another case than this file's: inputs,
+ * stacks, backward capture, filters...), asked before anything else, or with an error */
 static int
-module_passes(PyObject *rec)
+module_opening(PyObject *hooks, PyObject **rec, PyObject **s, int *recording)
 {
-    int r = plain_true(TLS, s_busy);
-    return r != 0 ? r : attrs_true(rec, s_forked);
-}
-
-/* the session running at a module level: 1, 0, or -1 with an error */
-static int
-module_recording(PyObject *rec, PyObject *s)
-{
-    int r = attrs_true(s, s_running);
-    return r <= 0 ? r : attrs_true(rec, s_module_level);
+    int r;
+    if ((*rec = attrs_get(hooks, s_rec)) == NULL || (*s = attrs_get(*rec, s_session)) == NULL
+        || (r = plain_true(TLS, s_busy)) < 0 || (!r && (r = attrs_true(*rec, s_forked)) < 0))
+        return -1;
+    if (r)
+        return 0;
+    if ((r = attrs_true(*s, s_running)) > 0)
+        r = attrs_true(*rec, s_module_level);
+    if ((*recording = r) < 0 || (r && module_case(*rec, *s) <= 0))
+        return -1;
+    return 1;
 }
 
 /* SLOW for an error while the case is asked (nothing has changed: the Python body asks again and fails, or not, in
@@ -976,18 +979,11 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
              *tr = NULL;
     PyObject *result = NULL;
     int r;
-    if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
-        || (r = module_passes(rec)) < 0)
-        goto slow;
-    if (r) {
-        result = Py_NewRef(Py_None);
+    int recording = 0;
+    if ((r = module_opening(hooks, &rec, &s, &recording)) <= 0) {
+        result = r < 0 ? module_slow() : Py_NewRef(Py_None);
         goto done;
     }
-    /* recorded and another case than this file's (inputs, stacks, backward capture, filters...): the Python's, asked
-     * first */
-    int recording = module_recording(rec, s);
-    if (recording < 0 || (recording && module_case(rec, s) <= 0))
-        goto slow;
     /* a module forward inside a backward pass (activation checkpointing's recomputation) is the Python's */
     if ((g = PyObject_CallNoArgs(F_graph_task)) == NULL)
         goto slow;
@@ -1201,16 +1197,11 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
              *prefix = NULL, *stack = NULL;
     PyObject *result = NULL;
     int r;
-    if ((rec = attrs_get(hooks, s_rec)) == NULL || (s = attrs_get(rec, s_session)) == NULL
-        || (r = module_passes(rec)) < 0)
-        goto slow;
-    if (r) {
-        result = Py_NewRef(Py_None);
+    int recording = 0;
+    if ((r = module_opening(hooks, &rec, &s, &recording)) <= 0) {
+        result = r < 0 ? module_slow() : Py_NewRef(Py_None);
         goto done;
     }
-    int recording = module_recording(rec, s);
-    if (recording < 0 || (recording && module_case(rec, s) <= 0))
-        goto slow;
     if ((frames = PyObject_GetAttr(TLS, s_mframes)) == NULL || !PyList_CheckExact(frames)
         || PyList_GET_SIZE(frames) == 0 || (depth = PyObject_GetAttr(TLS, s_depth)) == NULL
         || !PyLong_CheckExact(depth))

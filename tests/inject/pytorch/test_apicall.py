@@ -219,6 +219,10 @@ def counted(name):  # the Python path's calls of Recorder.<name>, counted
 counted("module_enter")
 counted("module_exit")
 counted("param_grad")
+
+class Fails(nn.Module):
+    def forward(self, x):
+        raise ValueError("the user's own error")
 """
 
 MODULE_SCRIPT = MODULE_WAY + """
@@ -240,10 +244,6 @@ class Block(nn.Module):
 class Named(nn.Module):
     def forward(self, x):
         return Pair(x + 1, x.sum())  # a named tuple: one value
-
-class Fails(nn.Module):
-    def forward(self, x):
-        raise ValueError("the user's own error")
 
 class Net(nn.Module):
     def __init__(self):
@@ -292,10 +292,11 @@ print("PYTHON-BODIES", python_bodies["module_enter"], python_bodies["module_exit
 """
 
 
-def _module_run(tmp, way: str, config: str):
+def _module_run(tmp, way: str, config: str, script: str = MODULE_SCRIPT, marker: str = "PYTHON-BODIES"):
+    """script run one way in its own directory: its step directories' files, and what it printed after marker"""
     cwd = tmp / way
     cwd.mkdir()
-    out = run_py(MODULE_SCRIPT, str(cwd), args=(way, config)).stdout
+    out = run_py(script, str(cwd), args=(way, config)).stdout
     if "NO-C" in out:
         pytest.skip("the C common case is not built here")
     files = {}
@@ -305,13 +306,15 @@ def _module_run(tmp, way: str, config: str):
             rel[1] = "rank"  # proc{pid}: the two runs' pids differ
             with open(path, "rb") as fh:  # the stacks name the script by its path: the runs' directories differ
                 files["/".join(rel)] = fh.read().replace(str(cwd).encode(), b"CWD")
-    return files, [int(n) for n in out.split("PYTHON-BODIES")[1].split()]
+    return files, out.split(marker)[1]
 
 
 @pytest.mark.parametrize("config", ["monitor", "L0"])
 def test_a_module_call_and_a_parameter_gradient_are_written_as_the_python_path_writes_them(tmp_path, config):
-    fast, (c_enter, c_exit, c_pgrad) = _module_run(tmp_path, "c", config)
-    slow, (py_enter, py_exit, py_pgrad) = _module_run(tmp_path, "py", config)
+    fast, c_said = _module_run(tmp_path, "c", config)
+    slow, py_said = _module_run(tmp_path, "py", config)
+    (c_enter, c_exit, c_pgrad), (py_enter, py_exit, py_pgrad) = ([int(n) for n in said.split()]
+                                                                 for said in (c_said, py_said))
     assert sorted(fast) == sorted(slow)
     differ = [k for k in fast if fast[k] != slow[k]]
     assert not differ, (differ, fast[differ[0]][:2000], slow[differ[0]][:2000])
@@ -357,10 +360,6 @@ class Inner(nn.Module):
     def forward(self, x):
         return torch.relu(self.fc(x))
 
-class Fails(nn.Module):
-    def forward(self, x):
-        raise ValueError("the user's own error")
-
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -401,22 +400,8 @@ print("PASSED", json.dumps(seen))
 
 @pytest.mark.parametrize("config", ["L1", "monitor", "mix"])
 def test_a_module_call_not_recorded_is_counted_as_the_python_path_counts_it(tmp_path, config):
-    runs = {}
-    for way in ("c", "py"):
-        cwd = tmp_path / way
-        cwd.mkdir()
-        out = run_py(PASS_SCRIPT, str(cwd), args=(way, config)).stdout
-        if "NO-C" in out:
-            pytest.skip("the C common case is not built here")
-        files = {}
-        for path in sorted(glob.glob(str(cwd / "d" / "**" / "*"), recursive=True)):
-            rel = os.path.relpath(path, cwd / "d").split(os.sep)
-            if os.path.isfile(path) and rel[0].startswith("step"):
-                rel[1] = "rank"
-                with open(path, "rb") as fh:
-                    files["/".join(rel)] = fh.read().replace(str(cwd).encode(), b"CWD")
-        runs[way] = files, json.loads(out.split("PASSED")[1])
-    (fast, c_seen), (slow, py_seen) = runs["c"], runs["py"]
+    (fast, c_said), (slow, py_said) = (_module_run(tmp_path, way, config, PASS_SCRIPT, "PASSED") for way in ("c", "py"))
+    c_seen, py_seen = json.loads(c_said), json.loads(py_said)
     assert sorted(fast) == sorted(slow) and sorted({k.split("/")[0] for k in fast}) == ["step1"]
     differ = [k for k in fast if fast[k] != slow[k]]
     assert not differ, (differ, fast[differ[0]][:2000], slow[differ[0]][:2000])
