@@ -8,10 +8,11 @@
  * (as its own attribute caches are kept). The next read of that name on an object of that type goes to the dict or
  * the offset directly; a missing value, any other type, a changed type or a cache miss goes through the protocol.
  * The answer is the protocol's in every case: no descriptor but a slot's is cached (a property never), and a class
- * attribute that appears later changes the version tag. Two entries per (type, name), the second its hash's
- * neighbour: two of the few dozen pairs a call reads whose hashes meet take one each instead of evicting each other
- * on every call. A set (attrs_set) uses an entry a read filled: a slot's store at its offset where the type's
- * __setattr__ is the generic one and the slot has no flags, as the protocol's set would store there. */
+ * attribute that appears later changes the version tag. A (type, name) pair's entry is one of a bucket of four, the
+ * bucket picked by a multiplicative hash of both addresses: of the hundred-odd pairs the hooks read (at addresses that
+ * change from run to run), two or three meeting in two entries evicted each other at every call in some runs. A set
+ * (attrs_set) uses an entry a read filled: a slot's store at its offset where the type's __setattr__ is the generic
+ * one and the slot has no flags, as the protocol's set would store there. */
 #ifndef MSPROBE_ATTRS_H
 #define MSPROBE_ATTRS_H
 
@@ -19,7 +20,9 @@
 #include <structmember.h>
 #include <stdint.h>
 
-#define ATTRS_SIZE 256 /* a power of two */
+#define ATTRS_SIZE 1024 /* a power of two */
+#define ATTRS_WAYS 4     /* entries per bucket */
+#define ATTRS_BUCKET_BITS 8 /* log2(ATTRS_SIZE / ATTRS_WAYS) */
 #define ATTRS_DICT (-1)
 #define ATTRS_PROTOCOL (-2)
 
@@ -33,12 +36,15 @@ typedef struct {
 } AttrsEntry;
 
 static AttrsEntry attrs_cache[ATTRS_SIZE];
+static Py_ssize_t attrs_misses; /* reads that went through the protocol: none per call once the process is warm */
 
 static inline size_t
 attrs_hash(PyTypeObject *tp, PyObject *name)
 {
-    uintptr_t h = ((uintptr_t)tp >> 4) ^ ((uintptr_t)name >> 4) ^ ((uintptr_t)name >> 11);
-    return (size_t)(h & (ATTRS_SIZE - 1));
+    /* the bucket's first entry: the product's top bits, which every bit of both addresses reaches (their low bits are
+     * alignment, their high bits the same for most objects) */
+    uint64_t x = ((uint64_t)(uintptr_t)tp ^ ((uint64_t)(uintptr_t)name << 1)) * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(x >> (64 - ATTRS_BUCKET_BITS)) * ATTRS_WAYS;
 }
 
 /* the type's version tag where it is valid, else 0 */
@@ -81,10 +87,17 @@ attrs_slow(PyObject *o, PyObject *name, size_t h)
     }
     if (attrs_tag(tp) != tag) /* the lookup itself may have run code that changed the type */
         return v;
-    AttrsEntry *e = &attrs_cache[h], *e2 = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
-    if (e->name != NULL && !(e->name == name && e->type == tp)
-        && (e2->name == NULL || (e2->name == name && e2->type == tp)))
-        e = e2;
+    /* the pair's own entry, else a free one, else one in turn (a pair has one entry at most) */
+    static unsigned int turn;
+    AttrsEntry *e = NULL;
+    for (int i = 0; i < ATTRS_WAYS && e == NULL; i++)
+        if (attrs_cache[h + i].name == name && attrs_cache[h + i].type == tp)
+            e = &attrs_cache[h + i];
+    for (int i = 0; i < ATTRS_WAYS && e == NULL; i++)
+        if (attrs_cache[h + i].name == NULL)
+            e = &attrs_cache[h + i];
+    if (e == NULL)
+        e = &attrs_cache[h + (turn++ & (ATTRS_WAYS - 1))];
     e->type = tp;
     e->tag = tag;
     e->name = name;
@@ -93,14 +106,16 @@ attrs_slow(PyObject *o, PyObject *name, size_t h)
     return v;
 }
 
-/* the entry of (tp, name), of the pair at h, that still holds for the type (its version tag unchanged); else NULL */
+/* the entry of (tp, name), of the bucket at h, that still holds for the type (its version tag unchanged); else NULL */
 static inline AttrsEntry *
 attrs_find(PyTypeObject *tp, PyObject *name, size_t h)
 {
-    AttrsEntry *e = &attrs_cache[h];
-    if (e->name != name || e->type != tp)
-        e = &attrs_cache[(h + 1) & (ATTRS_SIZE - 1)];
-    return e->name == name && e->type == tp && e->tag == attrs_tag(tp) && e->tag != 0 ? e : NULL;
+    for (int i = 0; i < ATTRS_WAYS; i++) {
+        AttrsEntry *e = &attrs_cache[h + i];
+        if (e->name == name && e->type == tp)
+            return e->tag == attrs_tag(tp) && e->tag != 0 ? e : NULL;
+    }
+    return NULL;
 }
 
 /* a new reference to o.name, or NULL with the protocol's error */
@@ -112,8 +127,10 @@ attrs_get(PyObject *o, PyObject *name)
     AttrsEntry *e = attrs_find(tp, name, h);
     if (e != NULL) {
         PyObject *v = NULL;
-        if (e->offset == ATTRS_PROTOCOL)
+        if (e->offset == ATTRS_PROTOCOL) {
+            attrs_misses++;
             return PyObject_GetAttr(o, name);
+        }
         if (e->offset >= 0) {
             v = *(PyObject **)((char *)o + e->offset);
         } else {
@@ -129,6 +146,7 @@ attrs_get(PyObject *o, PyObject *name)
             return v;
         }
     }
+    attrs_misses++;
     return attrs_slow(o, name, h);
 }
 

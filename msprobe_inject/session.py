@@ -70,7 +70,8 @@ class Session:
     """One per process. Holds what msprobe's service holds, minus the framework."""
 
     # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
-    __slots__ = ("running", "ended", "filters", "api_counts", "ready_kind", "__dict__", "__weakref__")
+    __slots__ = ("running", "ended", "filters", "api_counts", "ready_kind", "module_counts", "pgrad_counts", "__dict__",
+                 "__weakref__")
 
     def __init__(self, cfg: DumpConfig, framework: str, rank_fn: Callable[[], Optional[int]],
                  resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],

@@ -1541,6 +1541,12 @@ apicall_attr(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 
 /* attr_set(o, name, v): o.name = v as the journal's C calls set the writer's attributes (_attrs.h), for its tests */
 static PyObject *
+apicall_attr_misses(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromSsize_t(attrs_misses);
+}
+
+static PyObject *
 apicall_attr_set(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     if (nargs != 3 || !PyUnicode_CheckExact(a[1])) {
@@ -1571,6 +1577,8 @@ static PyMethodDef methods[] = {
      "param_grad(hooks, prefix, pname, pref, ...): a parameter gradient's hook"},
     {"module_setup", modcall_setup, METH_VARARGS, "module_setup(...): the objects the module hooks use"},
     {"attr", (PyCFunction)(void (*)(void))apicall_attr, METH_FASTCALL, "attr(o, name): o.name as the calls read it"},
+    {"attr_misses", apicall_attr_misses, METH_NOARGS,
+     "attr_misses(): how many of this module's attribute reads went through the attribute protocol so far"},
     {"attr_set", (PyCFunction)(void (*)(void))apicall_attr_set, METH_FASTCALL,
      "attr_set(o, name, v): o.name = v as the journal's calls set it"},
     {NULL, NULL, 0, NULL},

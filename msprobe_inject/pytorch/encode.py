@@ -864,7 +864,7 @@ class Encoder(entries.EncoderBase):
     """Encodes one record's values to msprobe's entries, with the statistics of its tensors pending."""
 
     # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
-    __slots__ = ("_ctx", "_entries", "_devices")
+    __slots__ = ("_ctx", "_ctx_one", "_entries", "_devices")
 
     tensor_type_name = "torch.Tensor"
 

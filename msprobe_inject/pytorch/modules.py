@@ -206,6 +206,10 @@ class _ModuleBackward:
 class ModuleHooks:
     """The recorder's module records for every named module of the registered models."""
 
+    # the attributes the hooks' C reads (_apicall.c), at their slots' offsets (_attrs.h): an instance's own dict is the
+    # interpreter's managed one, which _attrs.h reads through the attribute protocol; the rest in __dict__
+    __slots__ = ("rec", "_named", "_acc", "__dict__", "__weakref__")
+
     def __init__(self, rec: Recorder):
         self.rec = rec
         self.names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()

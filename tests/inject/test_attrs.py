@@ -5,7 +5,10 @@ entry filled), changes something, and reads again: the second answer must be ``g
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from util import PREAMBLE, run_py
 
 _apicall = pytest.importorskip("msprobe_inject.pytorch._apicall")
 attr = _apicall.attr
@@ -222,18 +225,58 @@ def test_the_recorder_objects_keep_their_attributes_in_slots():
     from msprobe_inject.entries import EncoderBase
     from msprobe_inject.pytorch.apis import ApiHooks, DumpMode
     from msprobe_inject.pytorch.encode import Encoder
+    from msprobe_inject.pytorch.modules import ModuleHooks
     from msprobe_inject.recorder import Recorder
     from msprobe_inject.session import Filters, Session
     from msprobe_inject.writer import DumpWriter
 
     for cls, names in ((Recorder, ("api_on", "session", "encoder", "writer", "fwd", "bwd", "inp", "outp", "extra",
-                                   "construct", "forked")),
-                       (Session, ("running", "ended", "filters", "api_counts", "ready_kind")), (Filters, ("active",)),
+                                   "construct", "forked", "module_level", "api_suspended", "module_bwd", "params_on",
+                                   "pgrads")),
+                       (Session, ("running", "ended", "filters", "api_counts", "ready_kind", "module_counts",
+                                  "pgrad_counts")), (Filters, ("active",)),
                        (ApiHooks, ("rec", "_operators", "_sites", "_backward_c")), (EncoderBase, ("some_files",)),
-                       (Encoder, ("_ctx", "_entries", "_devices")), (DumpMode, ("hooks", "known")),
+                       (Encoder, ("_ctx", "_ctx_one", "_entries", "_devices")), (DumpMode, ("hooks", "known")),
+                       (ModuleHooks, ("rec", "_named", "_acc")),
                        (DumpWriter, ("stopped", "_blk"))):
         for n in names:
             assert type(cls.__dict__[n]).__name__ == "member_descriptor", (cls, n)
         o = cls.__new__(cls)
         o.anything_else = 1
         assert o.anything_else == 1
+
+
+MISSES = PREAMBLE + """
+from msprobe_inject.pytorch import _apicall
+settings = {"L1": {"level": "L1"}, "mix": {"level": "mix"}, "L0": {"level": "L0"},
+            "monitor": {"level": "L0", "preset": "monitor"}, "flight": {"level": "L0", "flight_recorder": 2},
+            "md5": {"level": "mix", "statistics": {"summary_mode": "md5"}}}[sys.argv[1]]
+with open("config.json", "w") as fh:
+    json.dump({"task": "statistics", "dump_path": "d", **settings}, fh)
+debugger = PrecisionDebugger(config_path="config.json")
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+misses = []
+for step in range(3):
+    debugger.start(model=model)
+    before = _apicall.attr_misses()
+    for _ in range(4):
+        model(torch.randn(3, 4, requires_grad=True)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    misses.append(_apicall.attr_misses() - before)
+    debugger.stop()
+    debugger.step()
+print("MISSES", json.dumps(misses))
+"""
+
+
+@pytest.mark.parametrize("config", ["L1", "mix", "L0", "monitor", "flight", "md5"])
+def test_a_recorded_call_reads_no_attribute_through_the_protocol(tmp_path, config):
+    """Once the first step has filled the cache, no read of the hooks' C goes through the attribute protocol: every
+    attribute it reads is a slot (a managed instance dict is read through the protocol) and no two of the pairs it
+    reads evict each other."""
+    out = run_py(MISSES, str(tmp_path), args=(config,)).stdout
+    misses = json.loads(out.split("MISSES")[1])
+    assert misses[0] > 0  # the first step's reads fill the cache
+    assert misses[1:] == [0, 0]
