@@ -59,18 +59,19 @@ attrs_tag(PyTypeObject *tp)
     return tp->tp_version_tag;
 }
 
-/* the protocol's read, and where its answer's place can be kept, an entry filled: the first of the pair unless it is
- * another's and the second is free or this one's (an entry's type may be gone: it is compared, never read) */
+/* the protocol's read, and where its answer's place can be kept, an entry of its bucket filled (an entry's type may be
+ * gone: it is compared, never read) */
 static PyObject *
-attrs_slow(PyObject *o, PyObject *name, size_t h)
+attrs_slow(PyObject *o, PyObject *name)
 {
     PyObject *v = PyObject_GetAttr(o, name);
     if (v == NULL || !PyUnicode_CheckExact(name))
         return v;
-    PyTypeObject *tp = Py_TYPE(o);
+    PyTypeObject *tp = Py_TYPE(o); /* after the read, which may have changed o's class: the bucket is this type's */
     unsigned int tag = attrs_tag(tp);
     if (tp->tp_getattro != PyObject_GenericGetAttr || tag == 0)
         return v;
+    size_t h = attrs_hash(tp, name);
     PyObject *d = _PyType_Lookup(tp, name); /* borrowed; the read above found the same */
     Py_ssize_t offset = ATTRS_PROTOCOL;
     int settable = 0;
@@ -147,7 +148,7 @@ attrs_get(PyObject *o, PyObject *name)
         }
     }
     attrs_misses++;
-    return attrs_slow(o, name, h);
+    return attrs_slow(o, name);
 }
 
 /* o.name = v: stored at the slot's offset where a read of that name on that type found a settable slot and the

@@ -51,7 +51,8 @@ class Recorder:
 
     # the attributes a recorded call reads from C (_apicall.c), at their slots' offsets (_attrs.h); the rest in __dict__
     __slots__ = ("api_on", "session", "encoder", "writer", "fwd", "bwd", "inp", "outp", "extra", "construct", "forked",
-                 "module_level", "api_suspended", "module_bwd", "params_on", "pgrads", "__dict__", "__weakref__")
+                 "module_level", "api_suspended", "module_bwd", "params_on", "pgrads", "token_range", "__dict__",
+                 "__weakref__")
 
     def __init__(self, cfg: DumpConfig, fw: Framework, zero_code: bool = False):
         self.cfg = cfg

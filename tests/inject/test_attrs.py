@@ -232,7 +232,7 @@ def test_the_recorder_objects_keep_their_attributes_in_slots():
 
     for cls, names in ((Recorder, ("api_on", "session", "encoder", "writer", "fwd", "bwd", "inp", "outp", "extra",
                                    "construct", "forked", "module_level", "api_suspended", "module_bwd", "params_on",
-                                   "pgrads")),
+                                   "pgrads", "token_range")),
                        (Session, ("running", "ended", "filters", "api_counts", "ready_kind", "module_counts",
                                   "pgrad_counts")), (Filters, ("active",)),
                        (ApiHooks, ("rec", "_operators", "_sites", "_backward_c")), (EncoderBase, ("some_files",)),
@@ -250,7 +250,8 @@ MISSES = PREAMBLE + """
 from msprobe_inject.pytorch import _apicall
 settings = {"L1": {"level": "L1"}, "mix": {"level": "mix"}, "L0": {"level": "L0"},
             "monitor": {"level": "L0", "preset": "monitor"}, "flight": {"level": "L0", "flight_recorder": 2},
-            "md5": {"level": "mix", "statistics": {"summary_mode": "md5"}}}[sys.argv[1]]
+            "md5": {"level": "mix", "statistics": {"summary_mode": "md5"}},
+            "no model": {"level": "L1"}}[sys.argv[1]]
 with open("config.json", "w") as fh:
     json.dump({"task": "statistics", "dump_path": "d", **settings}, fh)
 debugger = PrecisionDebugger(config_path="config.json")
@@ -258,7 +259,7 @@ model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 misses = []
 for step in range(3):
-    debugger.start(model=model)
+    debugger.start(model=None if sys.argv[1] == "no model" else model)  # no model: no module named
     before = _apicall.attr_misses()
     for _ in range(4):
         model(torch.randn(3, 4, requires_grad=True)).sum().backward()
@@ -271,7 +272,7 @@ print("MISSES", json.dumps(misses))
 """
 
 
-@pytest.mark.parametrize("config", ["L1", "mix", "L0", "monitor", "flight", "md5"])
+@pytest.mark.parametrize("config", ["L1", "mix", "L0", "monitor", "flight", "md5", "no model"])
 def test_a_recorded_call_reads_no_attribute_through_the_protocol(tmp_path, config):
     """Once the first step has filled the cache, no read of the hooks' C goes through the attribute protocol: every
     attribute it reads is a slot (a managed instance dict is read through the protocol) and no two of the pairs it
