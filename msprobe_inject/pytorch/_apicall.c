@@ -950,6 +950,13 @@ module_slow(void)
     return Py_NewRef(SLOW);
 }
 
+/* torch.compile's wrapper (modules._compiled's first test): its hooks are the Python's */
+static int
+compiled(PyObject *module)
+{
+    return strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0;
+}
+
 /* the pre-hook's count of a call it does not record: tls.depth one deeper and a None frame pushed, which the forward
  * hook pops (a failed push is an out-of-memory the Python would raise into the forward: nothing pushed) */
 static PyObject *
@@ -1003,7 +1010,7 @@ modcall_pre(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         goto slow;
     if (prefix == NULL) { /* a module not named: a model's top-level call, a token count, a compiled one: Python */
         if ((r = PyObject_RichCompareBool(depth, V_zero, Py_EQ)) != 0 || (tr = attrs_get(rec, s_token_range)) == NULL
-            || tr != Py_None || strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0)
+            || tr != Py_None || compiled(module))
             goto slow;
         result = module_pass(frames, d1);
         goto done;
@@ -1237,7 +1244,7 @@ modcall_post(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (!r)
         goto slow;
     int pgrads = attrs_true(rec, s_pgrads);
-    if (pgrads < 0 || (pgrads && strcmp(Py_TYPE(module)->tp_name, "OptimizedModule") == 0))
+    if (pgrads < 0 || (pgrads && compiled(module)))
         goto slow;
     if ((stack = PyObject_GetAttr(TLS, s_stack)) == NULL || !PyList_CheckExact(stack))
         goto slow;
@@ -1539,13 +1546,14 @@ apicall_attr(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return v;
 }
 
-/* attr_set(o, name, v): o.name = v as the journal's C calls set the writer's attributes (_attrs.h), for its tests */
+/* attr_misses(): this module's reads that went through the attribute protocol (_attrs.h), for its tests */
 static PyObject *
 apicall_attr_misses(PyObject *self, PyObject *unused)
 {
     return PyLong_FromSsize_t(attrs_misses);
 }
 
+/* attr_set(o, name, v): o.name = v as the journal's C calls set the writer's attributes (_attrs.h), for its tests */
 static PyObject *
 apicall_attr_set(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
