@@ -14,6 +14,7 @@ import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+import native
 from overhead import CONFIGS
 
 
@@ -95,6 +96,9 @@ def cli(script: str, doc: str, run: Callable[..., dict], steps: int, only: str,
         with tempfile.TemporaryDirectory() as tmp:
             print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp, **extra)), flush=True)
         return None
+    native.ensure()
+    if extra.get("baseline"):
+        native.ensure(extra["baseline"])
     return a, each_config(script, a.only, a.steps, a.warmup, extra)
 
 

@@ -27,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import native  # noqa: E402
 from percall import tiny_model  # noqa: E402
 from writer_cpu import time_handlers  # noqa: E402
 
@@ -37,6 +38,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--iters", type=int, default=200)
     a = ap.parse_args()
+    native.ensure()  # before the tool's import, which loads them
 
     from msprobe_inject import recorder as R
     from msprobe_inject import writer as W

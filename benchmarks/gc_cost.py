@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+import native
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
@@ -78,6 +80,9 @@ def main() -> None:
     if a.worker:
         print("RESULT " + json.dumps(worker(a.worker, a.steps, a.dtype)), flush=True)
         return
+    native.ensure()
+    if a.baseline:
+        native.ensure(a.baseline)
     runs = []
     for name in a.only.split(";"):
         runs.append((name, ROOT))

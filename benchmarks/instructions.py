@@ -48,6 +48,8 @@ import sysconfig
 import tempfile
 from typing import Optional
 
+import native
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # a configuration's level, and the settings it adds to the dump config (overhead.py's names)
@@ -270,6 +272,9 @@ def main() -> None:
         sys.exit(f"unknown way(s) {[w for w in ways if w not in WAYS]}; allowed: {list(WAYS)}")
     if "none" not in names:
         names.insert(0, "none")
+    native.ensure()
+    if a.baseline:
+        native.ensure(a.baseline)
     tmp = tempfile.mkdtemp(prefix="msprobe_instructions_")
     try:
         helper = build_helper(tmp)

@@ -37,6 +37,7 @@ from typing import Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import native  # noqa: E402
 from overhead import BASE_SUFFIX, CONFIGS, _quartiles, code_of, worker_env  # noqa: E402
 
 AGAIN = "none again"
@@ -138,6 +139,9 @@ def main() -> None:
     if a.worker:
         work(a.worker, json.loads(a.settings), a.dump)
         return
+    native.ensure()
+    if a.baseline:
+        native.ensure(a.baseline)
     wanted = [x.strip() for x in a.only.split(";") if x.strip() and x.strip() != "none"]
     for n in wanted:
         if n not in CONFIGS:

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, Tuple
 
+import native
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
@@ -118,6 +120,7 @@ def main() -> None:
     a = ap.parse_args()
     if not a.step and a.config not in LOOP:
         ap.error(f"--loop records one of {', '.join(LOOP)} (overhead.py's configurations are --step's)")
+    native.ensure()  # before the tool's import, which loads them
     iters = a.iters or (3 if a.step else 20)
     warm = 5 if a.step else 30
     with tempfile.TemporaryDirectory() as tmp:

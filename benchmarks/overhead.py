@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+import native
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -232,6 +234,9 @@ def main() -> None:
     if a.worker:
         worker(a.worker, json.loads(a.settings), a.steps, a.warmup, a.dump)
         return
+    native.ensure()
+    if a.baseline:
+        native.ensure(a.baseline)
     try:
         import msprobe.pytorch  # type: ignore  # noqa: F401
 

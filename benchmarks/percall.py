@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+import native
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LEVELS = ("L0", "L1", "mix")
@@ -160,6 +162,9 @@ def main() -> None:
     if a.worker:
         worker(*json.loads(a.worker), a.iters, a.repeats, a.dump)
         return
+    native.ensure()
+    if a.baseline:
+        native.ensure(a.baseline)
     try:
         import msprobe.pytorch  # type: ignore  # noqa: F401
 

@@ -45,6 +45,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import native  # noqa: E402
 from abba import debugger_for  # noqa: E402
 from overhead import gpt2, train_step  # noqa: E402
 
@@ -198,6 +199,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp, a.inside, ways)), flush=True)
         return
+    native.ensure()
     print(f"{'configuration':<14}{'way':<20}{'step ms':>9}{'overhead':>10}{'share':>8}   medians of {a.rounds} steps")
     insides = []
     for name in a.only.split(";"):

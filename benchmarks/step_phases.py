@@ -26,6 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import native  # noqa: E402
 from abba import debugger_for  # noqa: E402
 from overhead import gpt2  # noqa: E402
 
@@ -103,6 +104,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             print("RESULT " + json.dumps(run(a.worker, a.rounds, a.warmup, tmp)), flush=True)
         return
+    native.ensure()
     optimizer = os.environ.get("OVERHEAD_OPTIMIZER", "loop")
     print(f"optimizer: {optimizer}; medians of {a.rounds} steps per way, ms")
     print(f"{'configuration':<14}{'phase':<16}{'no tool':>9}{'tool':>9}{'overhead':>10}")
