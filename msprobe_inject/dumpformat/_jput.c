@@ -1420,7 +1420,16 @@ jstack_setup(PyObject *self, PyObject *sig)
     return set_callable(&F_sig, sig, "stack_setup(sig)");
 }
 
+/* attr_misses(): this module's reads that went through the attribute protocol (_attrs.h), for its tests */
+static PyObject *
+jattr_misses(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromSsize_t(attrs_misses);
+}
+
 static PyMethodDef methods[] = {
+    {"attr_misses", jattr_misses, METH_NOARGS,
+     "attr_misses(): how many of this module's attribute reads went through the attribute protocol so far"},
     {"put", (PyCFunction)(void (*)(void))jput, METH_FASTCALL,
      "put(jf, pre, op) -> bool: append pre and op's frame to the journal jf (see the module's comment)."},
     {"frame", (PyCFunction)jframe, METH_O, "frame(op) -> bytes: op's journal frame (journal.frame)."},

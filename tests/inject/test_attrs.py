@@ -247,6 +247,7 @@ def test_the_recorder_objects_keep_their_attributes_in_slots():
 
 
 MISSES = PREAMBLE + """
+from msprobe_inject.dumpformat import _jput
 from msprobe_inject.pytorch import _apicall
 settings = {"L1": {"level": "L1"}, "mix": {"level": "mix"}, "L0": {"level": "L0"},
             "monitor": {"level": "L0", "preset": "monitor"}, "flight": {"level": "L0", "flight_recorder": 2},
@@ -260,13 +261,14 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 misses = []
 for step in range(3):
     debugger.start(model=None if sys.argv[1] == "no model" else model)  # no model: no module named
-    before = _apicall.attr_misses()
+    before = (_apicall.attr_misses(), _jput.attr_misses())
     for _ in range(4):
         model(torch.randn(3, 4, requires_grad=True)).sum().backward()
         opt.step()
         opt.zero_grad()
-    misses.append(_apicall.attr_misses() - before)
     debugger.stop()
+    debugger.runtime.writer.flush()  # the writer thread's reads of this step's records within its count
+    misses.append([_apicall.attr_misses() - before[0], _jput.attr_misses() - before[1]])
     debugger.step()
 print("MISSES", json.dumps(misses))
 """
@@ -274,10 +276,10 @@ print("MISSES", json.dumps(misses))
 
 @pytest.mark.parametrize("config", ["L1", "mix", "L0", "monitor", "flight", "md5", "no model"])
 def test_a_recorded_call_reads_no_attribute_through_the_protocol(tmp_path, config):
-    """Once the first step has filled the cache, no read of the hooks' C goes through the attribute protocol: every
-    attribute it reads is a slot (a managed instance dict is read through the protocol) and no two of the pairs it
-    reads evict each other."""
+    """Once the first step has filled the caches, no read of the hooks' C nor of the journal's and hand-off's C
+    (``_jput``, both threads) goes through the attribute protocol: every attribute they read is a slot (a managed
+    instance dict is read through the protocol) and no two of the pairs they read evict each other."""
     out = run_py(MISSES, str(tmp_path), args=(config,)).stdout
-    misses = json.loads(out.split("MISSES")[1])
-    assert misses[0] > 0  # the first step's reads fill the cache
-    assert misses[1:] == [0, 0]
+    misses = json.loads(out.split("MISSES")[1])  # each step's [_apicall's, _jput's (the journal and hand-off)]
+    assert misses[0][0] > 0 and misses[0][1] > 0  # the first step's reads fill the caches
+    assert misses[1:] == [[0, 0], [0, 0]]
