@@ -96,9 +96,7 @@ def cli(script: str, doc: str, run: Callable[..., dict], steps: int, only: str,
         with tempfile.TemporaryDirectory() as tmp:
             print("RESULT " + json.dumps(run(a.worker, a.steps, a.warmup, tmp, **extra)), flush=True)
         return None
-    native.ensure()
-    if extra.get("baseline"):
-        native.ensure(extra["baseline"])
+    native.ensure(extra.get("baseline"))
     return a, each_config(script, a.only, a.steps, a.warmup, extra)
 
 

@@ -80,9 +80,7 @@ def main() -> None:
     if a.worker:
         print("RESULT " + json.dumps(worker(a.worker, a.steps, a.dtype)), flush=True)
         return
-    native.ensure()
-    if a.baseline:
-        native.ensure(a.baseline)
+    native.ensure(a.baseline)
     runs = []
     for name in a.only.split(";"):
         runs.append((name, ROOT))

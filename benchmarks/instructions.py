@@ -272,9 +272,7 @@ def main() -> None:
         sys.exit(f"unknown way(s) {[w for w in ways if w not in WAYS]}; allowed: {list(WAYS)}")
     if "none" not in names:
         names.insert(0, "none")
-    native.ensure()
-    if a.baseline:
-        native.ensure(a.baseline)
+    native.ensure(a.baseline)
     tmp = tempfile.mkdtemp(prefix="msprobe_instructions_")
     try:
         helper = build_helper(tmp)

@@ -139,9 +139,7 @@ def main() -> None:
     if a.worker:
         work(a.worker, json.loads(a.settings), a.dump)
         return
-    native.ensure()
-    if a.baseline:
-        native.ensure(a.baseline)
+    native.ensure(a.baseline)
     wanted = [x.strip() for x in a.only.split(";") if x.strip() and x.strip() != "none"]
     for n in wanted:
         if n not in CONFIGS:

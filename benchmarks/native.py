@@ -15,10 +15,14 @@ from typing import Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def ensure(root: Optional[str] = None) -> bool:
-    """Build the node hooks of the checkout at ``root`` (this one by default) unless they are in the cache, as
-    ``python -m msprobe_inject.nodehook`` does; a line on stderr when they cannot be, and False."""
-    root = os.path.abspath(root or ROOT)
+def ensure(baseline: Optional[str] = None) -> bool:
+    """Build the node hooks of this checkout, and of ``baseline``'s when given, unless they are in the cache, as
+    ``python -m msprobe_inject.nodehook`` does; a line on stderr for each that cannot be, and False."""
+    return all([_build(root) for root in (ROOT, baseline) if root])
+
+
+def _build(root: str) -> bool:
+    root = os.path.abspath(root)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-m", "msprobe_inject.nodehook"], cwd=root, env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

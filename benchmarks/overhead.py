@@ -234,9 +234,7 @@ def main() -> None:
     if a.worker:
         worker(a.worker, json.loads(a.settings), a.steps, a.warmup, a.dump)
         return
-    native.ensure()
-    if a.baseline:
-        native.ensure(a.baseline)
+    native.ensure(a.baseline)
     try:
         import msprobe.pytorch  # type: ignore  # noqa: F401
 

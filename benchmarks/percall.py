@@ -162,9 +162,7 @@ def main() -> None:
     if a.worker:
         worker(*json.loads(a.worker), a.iters, a.repeats, a.dump)
         return
-    native.ensure()
-    if a.baseline:
-        native.ensure(a.baseline)
+    native.ensure(a.baseline)
     try:
         import msprobe.pytorch  # type: ignore  # noqa: F401
 
