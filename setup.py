@@ -86,10 +86,11 @@ JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/
 # the signature of a recorded call's stack (the writer looks each record's stack up by it)
 STACKSIG = Extension("msprobe_inject._stacksig", ["msprobe_inject/_stacksig.c"], optional=True)
 # the hooks' per-thread state, read and set about twenty times per recorded call
-TSTATE = Extension("msprobe_inject._tstate", ["msprobe_inject/_tstate.c"], optional=True)
+TSTATE = Extension("msprobe_inject._tstate", ["msprobe_inject/_tstate.c"], depends=["msprobe_inject/_tstate.h"],
+                   optional=True)
 # a recorded API call's common case without the interpreter frames of the dump mode's hook (every listed call)
 APICALL = Extension("msprobe_inject.pytorch._apicall", ["msprobe_inject/pytorch/_apicall.c"],
-                    depends=["msprobe_inject/_attrs.h"], optional=True)
+                    depends=["msprobe_inject/_attrs.h", "msprobe_inject/_tstate.h"], optional=True)
 # msprobe-dump index: a dump.json's index rows column-wise, without a Python object per JSON value
 JROWS = Extension("msprobe_readers._jrows", ["msprobe_readers/_jrows.c"], optional=True)
 

@@ -23,11 +23,21 @@
  * methods and its call (0.19 against 0.30 us a section). The recorder's bodies enter one per record: a Python
  * context manager there is two interpreter frames per record, and spelling it out in each body was the same eleven
  * lines three times. A guard whose entry fails leaves the flag as it was and raises (the section was not entered,
- * so nothing leaves it); a guard whose exit fails still has the flag put back. */
+ * so nothing leaves it); a guard whose exit fails still has the flag put back.
+ *
+ * The guard may instead be a TF_GUARD_CAPSULE (_tstate.h): the framework's guard as two C functions over its own
+ * thread-local state (torch's, from the C++ node hooks' module), entered with no object made, looked up or called
+ * through Python (~800 instructions a section less than DisableTorchFunction's object, __enter__ and __exit__). And
+ * the capsule `quiet_api` (QUIET_API_CAPSULE) gives C callers enter and leave over a frame on their own stack: a
+ * record's C body enters its section without a section object or a call through Python. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <structmember.h>
+
+#include "_tstate.h"
 
 #define LOCAL_MAX 16
 
@@ -252,16 +262,16 @@ typedef struct QuietObject QuietObject;
 typedef struct {
     PyObject_HEAD
     QuietObject *quiet;
-    PyObject *prev;    /* the flag before __enter__, NULL outside the section */
-    PyObject *entered; /* the guard entered, NULL when none */
+    quiet_frame f; /* f.prev NULL outside the section */
 } SectionObject;
 
 struct QuietObject {
     PyObject_HEAD
     LocalObject *local;
     Py_ssize_t index; /* the flag's place among the local's names */
-    PyObject *guard;  /* a callable making a context manager, or NULL */
+    PyObject *guard;  /* a callable making a context manager, a TF_GUARD_CAPSULE, or NULL */
     PyObject *enter, *exit; /* a type guard's own __enter__ and __exit__ (its instances' type), or NULL */
+    const tfguard_v1 *cguard; /* the capsule's functions, or NULL */
 };
 
 
@@ -305,19 +315,23 @@ put_back(QuietObject *q, PyObject *v)
     return 0;
 }
 
-static PyObject *
-section_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
+/* one section entered into f: the flag set, then the guard; 0, or -1 with an error set and the flag as it was */
+static int
+frame_enter(PyObject *op, quiet_frame *f)
 {
-    SectionObject *self = (SectionObject *)op;
-    QuietObject *q = self->quiet;
-    if (self->prev != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "a quiet section is entered once");
-        return NULL;
-    }
+    QuietObject *q = (QuietObject *)op;
+    f->entered = NULL;
+    f->cg = NULL;
+    f->cg_old = 0;
     PyObject *prev = swap(q->local, q->index, Py_True);
-    if (prev == NULL)
-        return NULL;
-    if (q->guard != NULL) {
+    if (prev == NULL) {
+        f->prev = NULL;
+        return -1;
+    }
+    if (q->cguard != NULL) { /* the guard's own thread-local state, no object */
+        f->cg = q->cguard;
+        f->cg_old = q->cguard->enter();
+    } else if (q->guard != NULL) {
         PyObject *g = PyObject_CallNoArgs(q->guard);
         PyObject *r = NULL;
         if (g != NULL)
@@ -331,31 +345,37 @@ section_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
                 PyErr_Clear();
             Py_DECREF(prev);
             restore_error(&err);
-            return NULL;
+            f->prev = NULL;
+            return -1;
         }
         Py_DECREF(r);
-        self->entered = g;
+        f->entered = g;
     }
-    self->prev = prev;
-    Py_RETURN_NONE;
+    f->prev = prev;
+    return 0;
 }
 
-static PyObject *
-section_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+/* the section in f left: the guard exited, then the flag put back whatever the exit did; 0, or -1 with an error
+ * set (the guard's, before a failed write of the flag's) */
+static int
+frame_leave(PyObject *op, quiet_frame *f)
 {
-    SectionObject *self = (SectionObject *)op;
-    PyObject *prev = self->prev;
+    QuietObject *q = (QuietObject *)op;
+    PyObject *prev = f->prev;
     if (prev == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a quiet section left without being entered");
-        return NULL;
+        return -1;
     }
-    PyObject *g = self->entered, *r = Py_None;
-    self->entered = NULL;
-    self->prev = NULL;
+    PyObject *g = f->entered, *r = Py_None;
+    f->entered = NULL;
+    f->prev = NULL;
     SavedError err = {NULL, NULL, NULL};
-    if (g != NULL) {
+    if (f->cg != NULL) {
+        f->cg->leave(f->cg_old);
+        f->cg = NULL;
+        Py_INCREF(r);
+    } else if (g != NULL) {
         PyObject *call[4] = {g, Py_None, Py_None, Py_None};
-        QuietObject *q = self->quiet;
         r = q->exit != NULL && (PyObject *)Py_TYPE(g) == q->guard ? PyObject_Vectorcall(q->exit, call, 4, NULL)
                                                                   : PyObject_VectorcallMethod(str_exit, call, 4, NULL);
         if (r == NULL)
@@ -363,16 +383,36 @@ section_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(g);
     } else
         Py_INCREF(r);
-    int bad = put_back(self->quiet, prev); /* whatever the guard's exit did */
+    int bad = put_back(q, prev); /* whatever the guard's exit did */
     Py_DECREF(prev);
     if (r == NULL) {
         if (bad < 0)
             PyErr_Clear();
         restore_error(&err);
-        return NULL;
+        return -1;
     }
     Py_DECREF(r);
-    if (bad < 0)
+    return bad;
+}
+
+static PyObject *
+section_enter(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    SectionObject *self = (SectionObject *)op;
+    if (self->f.prev != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a quiet section is entered once");
+        return NULL;
+    }
+    if (frame_enter((PyObject *)self->quiet, &self->f) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+section_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    SectionObject *self = (SectionObject *)op;
+    if (frame_leave((PyObject *)self->quiet, &self->f) < 0)
         return NULL;
     Py_RETURN_FALSE; /* an exception inside the section goes on */
 }
@@ -382,8 +422,8 @@ section_dealloc(PyObject *op)
 {
     SectionObject *self = (SectionObject *)op;
     Py_XDECREF(self->quiet);
-    Py_XDECREF(self->prev);
-    Py_XDECREF(self->entered);
+    Py_XDECREF(self->f.prev);
+    Py_XDECREF(self->f.entered);
     Py_TYPE(op)->tp_free(op);
 }
 
@@ -411,8 +451,10 @@ new_section(PyObject *quiet)
         return NULL;
     Py_INCREF(quiet);
     s->quiet = (QuietObject *)quiet;
-    s->prev = NULL;
-    s->entered = NULL;
+    s->f.prev = NULL;
+    s->f.entered = NULL;
+    s->f.cg = NULL;
+    s->f.cg_old = 0;
     return (PyObject *)s;
 }
 
@@ -471,8 +513,9 @@ quiet_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (!PyArg_ParseTuple(args, "O!UO:Quiet", &LocalType, &local, &name, &guard))
         return NULL;
-    if (guard != Py_None && !PyCallable_Check(guard)) {
-        PyErr_SetString(PyExc_TypeError, "Quiet: guard is a callable or None");
+    int cguard = PyCapsule_IsValid(guard, TF_GUARD_CAPSULE);
+    if (guard != Py_None && !cguard && !PyCallable_Check(guard)) {
+        PyErr_SetString(PyExc_TypeError, "Quiet: guard is a callable, a " TF_GUARD_CAPSULE " capsule or None");
         return NULL;
     }
     Py_ssize_t i = index_of((LocalObject *)local, name);
@@ -489,7 +532,15 @@ quiet_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (guard != Py_None) {
         Py_INCREF(guard);
         self->guard = guard;
-        if (PyType_Check(guard)) { /* its instances' methods, looked up once */
+        if (cguard) { /* the capsule keeps its functions' module loaded */
+            self->cguard = (const tfguard_v1 *)PyCapsule_GetPointer(guard, TF_GUARD_CAPSULE);
+            if (self->cguard == NULL || self->cguard->enter == NULL || self->cguard->leave == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "Quiet: a guard capsule without its functions");
+                Py_DECREF(self);
+                return NULL;
+            }
+        } else if (PyType_Check(guard)) { /* its instances' methods, looked up once */
             self->enter = PyObject_GetAttr(guard, str_enter);
             self->exit = self->enter != NULL ? PyObject_GetAttr(guard, str_exit) : NULL;
             if (self->exit == NULL) {
@@ -516,6 +567,7 @@ static int
 quiet_clear(PyObject *op)
 {
     QuietObject *self = (QuietObject *)op;
+    self->cguard = NULL; /* a section entered keeps its own pointer to the functions */
     Py_CLEAR(self->guard);
     Py_CLEAR(self->enter);
     Py_CLEAR(self->exit);
@@ -532,6 +584,11 @@ quiet_dealloc(PyObject *op)
     Py_TYPE(op)->tp_free(op);
 }
 
+static PyMemberDef quiet_members[] = {
+    {"guard", T_OBJECT, offsetof(QuietObject, guard), READONLY, "the guard its sections enter (None: none)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject QuietType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "msprobe_inject._tstate.Quiet",
@@ -541,6 +598,7 @@ static PyTypeObject QuietType = {
     .tp_new = quiet_new,
     .tp_call = quiet_call,
     .tp_methods = quiet_methods,
+    .tp_members = quiet_members,
     .tp_dealloc = quiet_dealloc,
     .tp_traverse = quiet_traverse,
     .tp_clear = quiet_clear,
@@ -569,6 +627,13 @@ PyInit__tstate(void)
     Py_INCREF(&QuietType);
     if (PyModule_AddObject(m, "Quiet", (PyObject *)&QuietType) < 0) {
         Py_DECREF(&QuietType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    static quiet_api_v1 api = {&QuietType, frame_enter, frame_leave};
+    PyObject *cap = PyCapsule_New(&api, QUIET_API_CAPSULE, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "quiet_api", cap) < 0) {
+        Py_XDECREF(cap);
         Py_DECREF(m);
         return NULL;
     }

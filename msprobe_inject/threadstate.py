@@ -4,10 +4,11 @@ The hooks read and set it about twenty times per recorded call. threading.local 
 ~570 per set; the C Local (_tstate.c) gives the same per-thread values for a few dozen. PyLocal is the same state on
 threading.local where the C is not built.
 
-quiet_sections(local, guard) makes the tool's quiet sections over that state: the busy flag set (the hooks pass
-straight through) and the framework's dispatch guard entered, both put back on leaving. In C (_tstate.Quiet) a section
-costs no interpreter frame; PyQuiet is the same in Python. One owner of what a quiet section is: the recorder's bodies,
-the API hooks and both adapters enter these."""
+quiet_sections(local, guard, c_guard) makes the tool's quiet sections over that state: the busy flag set (the hooks
+pass straight through) and the framework's dispatch guard entered, both put back on leaving. In C (_tstate.Quiet) a
+section costs no interpreter frame, and with the guard as C functions (torch's, from the C++ node hooks' module) no
+object either; PyQuiet is the same in Python. One owner of what a quiet section is: the recorder's bodies, the API
+hooks and both adapters enter these (the C bodies through _tstate's quiet_api, the same functions)."""
 
 from __future__ import annotations
 
@@ -101,13 +102,15 @@ class PyQuiet:
         section.__exit__(None, None, None)
 
 
-def quiet_sections(local: Any, guard: Optional[Callable[[], Any]]) -> QuietSections:
+def quiet_sections(local: Any, guard: Optional[Callable[[], Any]], c_guard: Any = None) -> QuietSections:
     """Quiet sections over local's ``busy`` flag with the framework's dispatch guard (a callable making a context
-    manager, or None): in C where local is the C Local, else in Python."""
+    manager, or None): in C where local is the C Local, else in Python. ``c_guard``, where the framework's C
+    extension gives one, is the same guard as C functions (_tstate.h's tf_guard capsule): the C sections enter it in
+    place of ``guard``, with no object made per section."""
     try:
         from ._tstate import Local, Quiet
     except ImportError:
         return PyQuiet(local, guard)
     if type(local) is Local:
-        return Quiet(local, "busy", guard)
+        return Quiet(local, "busy", guard if c_guard is None else c_guard)
     return PyQuiet(local, guard)

@@ -27,6 +27,7 @@
 #include <frameobject.h>
 
 #include "../_attrs.h"
+#include "../_tstate.h"
 
 #if PY_VERSION_HEX < 0x030A0000
 static inline PyObject *
@@ -235,22 +236,44 @@ capture_failed(PyObject *hooks, PyObject *stage, PyObject *key)
     return 0;
 }
 
-/* the steps of one quiet section: enter, body(), leave (the flag and guard put back whatever body did) */
-static PyObject *
-quiet_enter(void)
+/* the steps of one quiet section: enter, body(), leave (the flag and guard put back whatever body did). Where the
+ * quiet sections are _tstate's C ones, through its quiet_api on a frame of the caller's (Q_API: no section object,
+ * no call through Python); else through the enter and leave given to setup. */
+static const quiet_api_v1 *Q_API;
+static PyObject *Q_OBJ; /* the Quiet whose sections Q_API enters */
+
+typedef struct {
+    quiet_frame f;
+    PyObject *sec; /* the section enter() returned, without Q_API */
+} Section;
+
+/* 0, or -1 with an error set (nothing entered) */
+static int
+quiet_enter(Section *q)
 {
-    return PyObject_CallNoArgs(F_enter);
+    if (Q_API != NULL) {
+        q->sec = NULL;
+        return Q_API->enter(Q_OBJ, &q->f);
+    }
+    q->sec = PyObject_CallNoArgs(F_enter);
+    return q->sec == NULL ? -1 : 0;
 }
 
 static int
-quiet_leave(PyObject *sec)
+quiet_leave(Section *q)
 {
     Held h;
     hold(&h);
-    PyObject *r = PyObject_CallOneArg(F_leave, sec);
-    Py_DECREF(sec);
-    Py_XDECREF(r);
-    return restore(&h, r != NULL);
+    int ok;
+    if (Q_API != NULL)
+        ok = Q_API->leave(Q_OBJ, &q->f) == 0;
+    else {
+        PyObject *r = PyObject_CallOneArg(F_leave, q->sec);
+        Py_CLEAR(q->sec);
+        ok = r != NULL;
+        Py_XDECREF(r);
+    }
+    return restore(&h, ok);
 }
 
 /* the record's inputs: body["input_args"], body["input_kwargs"], and the stack when extra */
@@ -677,9 +700,10 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (idx == NULL || (fkey = api_key(base, idx, "forward")) == NULL || (body = PyDict_New()) == NULL
         || (pending = PyList_New(0)) == NULL)
         goto done;
-    PyObject *sec = quiet_enter();
-    r = sec == NULL ? -1 : capture_inputs(rec, enc, body, pending, in_args, in_kwargs, fkey);
-    if (sec != NULL && quiet_leave(sec) < 0)
+    Section sec;
+    int in = quiet_enter(&sec) == 0;
+    r = !in ? -1 : capture_inputs(rec, enc, body, pending, in_args, in_kwargs, fkey);
+    if (in && quiet_leave(&sec) < 0)
         r = -1;
     if (r < 0 && capture_failed(hooks, s_input, fkey) < 0)
         goto done;
@@ -705,9 +729,9 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_DECREF(counts);
     if (r < 0)
         goto done;
-    sec = quiet_enter();
-    r = sec == NULL ? -1 : capture_outputs(hooks, rec, s, enc, body, pending, out, fkey, info, idx, args, kwargs);
-    if (sec != NULL && quiet_leave(sec) < 0)
+    in = quiet_enter(&sec) == 0;
+    r = !in ? -1 : capture_outputs(hooks, rec, s, enc, body, pending, out, fkey, info, idx, args, kwargs);
+    if (in && quiet_leave(&sec) < 0)
         r = -1;
     if (r < 0 && capture_failed(hooks, s_output, fkey) < 0)
         goto done;
@@ -835,9 +859,10 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (r == 0)
         r = attrs_true(s, s_ended);
     if (r == 0) {
-        PyObject *sec = quiet_enter();
-        r = sec == NULL ? -1 : backward_body(rec, s, bkey, a[2], a[3], a[4]);
-        if (sec != NULL && quiet_leave(sec) < 0)
+        Section sec;
+        int in = quiet_enter(&sec) == 0;
+        r = !in ? -1 : backward_body(rec, s, bkey, a[2], a[3], a[4]);
+        if (in && quiet_leave(&sec) < 0)
             r = -1;
         if (r < 0)
             r = capture_failed(hooks, s_backward, bkey);
@@ -1089,8 +1114,8 @@ done:
 static int
 module_record(PyObject *rec, PyObject *s, PyObject *fkey, PyObject *output)
 {
-    PyObject *sec = quiet_enter();
-    if (sec == NULL)
+    Section sec;
+    if (quiet_enter(&sec) < 0)
         return -1;
     PyObject *stack = NULL, *enc = NULL, *value = NULL, *pending = NULL, *members = NULL, *w = NULL;
     int ok = 0;
@@ -1137,7 +1162,7 @@ done:
     Py_XDECREF(value);
     Py_XDECREF(enc);
     Py_XDECREF(stack);
-    return quiet_leave(sec) < 0 || !ok ? -1 : 0;
+    return quiet_leave(&sec) < 0 || !ok ? -1 : 0;
 }
 
 /* _post's parameter check: the module's own parameters that require a gradient and are not the ones hooked under its
@@ -1333,9 +1358,10 @@ modcall_param_grad(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *hooks = a[0], *prefix = a[1], *pname = a[2], *pref = a[3];
-    PyObject *p = NULL, *rec = NULL, *s = NULL, *enc = NULL, *entries = NULL, *grad = NULL, *sec = NULL,
+    PyObject *p = NULL, *rec = NULL, *s = NULL, *enc = NULL, *entries = NULL, *grad = NULL,
              *counts = NULL, *idx_o = NULL, *key = NULL, *pending = NULL, *entry = NULL, *members = NULL, *w = NULL;
     PyObject *result = NULL;
+    Section sec;
     int r;
     if ((p = PyObject_CallNoArgs(pref)) == NULL)
         goto failed;
@@ -1366,7 +1392,7 @@ modcall_param_grad(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     if (!PyDict_CheckExact(counts))
         goto slow;
     /* from here on the record's, in one quiet section */
-    if ((sec = quiet_enter()) == NULL)
+    if (quiet_enter(&sec) < 0)
         goto failed;
     long long idx = 0;
     PyObject *cur = PyDict_GetItemWithError(counts, prefix); /* borrowed */
@@ -1420,7 +1446,7 @@ modcall_param_grad(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyObject *pa[6] = {w, T_merge, key, members, PyList_GET_SIZE(pending) ? pending : Py_None, Py_False};
     r = send_n(pa, 6);
 leave:
-    if (quiet_leave(sec) < 0 || PyErr_Occurred())
+    if (quiet_leave(&sec) < 0 || PyErr_Occurred())
         goto failed;
     goto none;
 slow_or_failed:
@@ -1510,6 +1536,22 @@ apicall_setup(PyObject *self, PyObject *args)
         Py_INCREF(o[i]);
         Py_XSETREF(*dst[i], o[i]);
     }
+    /* the enter given, bound to one of _tstate's C Quiets: its sections through quiet_api */
+    Q_API = NULL;
+    Py_CLEAR(Q_OBJ);
+    PyObject *tstate = PyImport_ImportModule("msprobe_inject._tstate");
+    PyObject *cap = tstate != NULL ? PyObject_GetAttrString(tstate, "quiet_api") : NULL;
+    Py_XDECREF(tstate);
+    const quiet_api_v1 *api = cap != NULL ? PyCapsule_GetPointer(cap, QUIET_API_CAPSULE) : NULL;
+    Py_XDECREF(cap);
+    if (api == NULL)
+        PyErr_Clear(); /* not built, or another layout: the enter and leave given */
+    else if (PyCFunction_Check(F_enter) && PyCFunction_GET_SELF(F_enter) != NULL
+             && Py_IS_TYPE(PyCFunction_GET_SELF(F_enter), api->quiet_type)
+             && PyCFunction_Check(F_leave) && PyCFunction_GET_SELF(F_leave) == PyCFunction_GET_SELF(F_enter)) {
+        Q_OBJ = Py_NewRef(PyCFunction_GET_SELF(F_enter));
+        Q_API = api;
+    }
     Py_RETURN_NONE;
 }
 
@@ -1544,6 +1586,13 @@ apicall_attr(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     PyObject *v = attrs_get(a[0], name);
     Py_DECREF(name);
     return v;
+}
+
+/* quiet_in_c(): whether setup's quiet sections are entered through _tstate's quiet_api, for its tests */
+static PyObject *
+apicall_quiet_in_c(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(Q_API != NULL);
 }
 
 /* attr_misses(): this module's reads that went through the attribute protocol (_attrs.h), for its tests */
@@ -1589,6 +1638,8 @@ static PyMethodDef methods[] = {
      "attr_misses(): how many of this module's attribute reads went through the attribute protocol so far"},
     {"attr_set", (PyCFunction)(void (*)(void))apicall_attr_set, METH_FASTCALL,
      "attr_set(o, name, v): o.name = v as the journal's calls set it"},
+    {"quiet_in_c", apicall_quiet_in_c, METH_NOARGS,
+     "quiet_in_c(): whether the quiet sections are entered through _tstate's quiet_api (no section object)"},
     {NULL, NULL, 0, NULL},
 };
 

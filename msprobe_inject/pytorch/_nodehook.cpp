@@ -7,6 +7,7 @@
 // it), its result is ignored and its exception cleared (the tool's hooks never change a gradient nor raise into
 // backward), and under compiled autograd it hands the callable to the compiled graph as torch's own hooks do.
 // Built against the torch it runs with, and loaded only for that torch (nodehook.py).
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -211,6 +212,29 @@ static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
   }
 }
 
+// torch's DisableTorchFunction as the tool's quiet sections enter it (_tstate.c), without its Python object: the
+// thread's torch-function state read and set to ALL_DISABLED, and put back on leaving, as the object's __enter__ and
+// __exit__ do. _tstate takes the functions from this module's capsule (tf_guard); its layout is _tstate.h's
+// tfguard_v1, whose version the capsule's name carries.
+extern "C" {
+typedef struct {
+  int (*enter)(void);
+  void (*leave)(int);
+} tfguard_v1;
+}
+
+static int tf_enter() noexcept {
+  auto old = at::impl::PythonTorchFunctionTLS::get_disabled_state();
+  at::impl::PythonTorchFunctionTLS::set_disabled_state(at::impl::TorchFunctionDisabledState::ALL_DISABLED);
+  return static_cast<int>(old);
+}
+
+static void tf_leave(int old) noexcept {
+  at::impl::PythonTorchFunctionTLS::set_disabled_state(static_cast<at::impl::TorchFunctionDisabledState>(old));
+}
+
+static const tfguard_v1 tf_guard = {tf_enter, tf_leave};
+
 static PyMethodDef methods[] = {
     {"hook_single", (PyCFunction)(void (*)(void))hook_single, METH_FASTCALL,
      "hook_single(value, fn): value's one plain tensor through a hooked alias"},
@@ -229,6 +253,12 @@ PyMODINIT_FUNC PyInit__nodehook(void) {
   PyObject* meta = m ? PyCapsule_New((void*)&tensor_meta, "msprobe_inject.tensor_meta.v1", nullptr) : nullptr;
   if (m && (!meta || PyModule_AddObject(m, "tensor_meta", meta) < 0)) {
     Py_XDECREF(meta);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  PyObject* guard = PyCapsule_New((void*)&tf_guard, "msprobe_inject.tf_guard.v1", nullptr);
+  if (!guard || PyModule_AddObject(m, "tf_guard", guard) < 0) {
+    Py_XDECREF(guard);
     Py_DECREF(m);
     return nullptr;
   }

@@ -31,6 +31,8 @@ else:  # another torch: its own question, and no flag of its own to read
 _native = nodehook.load()
 hook_after = getattr(_native, "post", None)
 hook_single = getattr(_native, "hook_single", None)
+# DisableTorchFunction as two C functions over torch's thread-local state, for the C quiet sections
+_NO_TF_C = getattr(_native, "tf_guard", None)
 
 
 # The hooks' per-thread state (threadstate.thread_state): each attribute and a thread's first value
@@ -51,4 +53,4 @@ tls = thread_state(_FIELDS)
 # The tool's own tensor work: hooks pass straight through (busy) and our calls skip torch-function handling (the dump
 # mode's Python handler costs microseconds per attribute read in hooks that run while it is pushed). Quiet() is one
 # section, entered with `with`: in C, no interpreter frame (threadstate.quiet_sections).
-Quiet = quiet_sections(tls, _NO_TF)
+Quiet = quiet_sections(tls, _NO_TF, _NO_TF_C)

@@ -241,3 +241,52 @@ def test_the_adapters_quiet_is_the_c_section_with_torchs_dispatch_guard():
         tstate.Quiet(_local(), "other", None)
     with pytest.raises(TypeError):
         tstate.Quiet(threadstate.PyLocal(FIELDS), "busy", None)  # the C section sets a C Local's flag
+
+
+def _tf_state():
+    import torch
+
+    return (torch._C._is_torch_function_enabled(), torch._C._is_torch_function_all_disabled(),
+            str(torch._C._get_torch_function_state()))
+
+
+@pytest.mark.parametrize("start", ["enabled", "subclasses disabled", "all disabled"])
+def test_the_c_guard_sets_and_puts_back_torchs_state_as_torchs_own_guard_does(start):
+    import contextlib
+
+    import torch
+
+    if state._NO_TF_C is None:
+        pytest.skip("the C++ node hooks are not built")
+    outer = {"enabled": contextlib.nullcontext, "subclasses disabled": torch._C.DisableTorchFunctionSubclass,
+             "all disabled": torch._C.DisableTorchFunction}[start]
+    seen = {}
+    for name, guard in (("c", state._NO_TF_C), ("torch", torch._C.DisableTorchFunction)):
+        quiet = tstate.Quiet(_local(), "busy", guard)
+        assert quiet.guard is guard
+        with outer():
+            log = [_tf_state()]
+            with quiet():
+                log.append(_tf_state())
+                sec = quiet.enter()  # nested, in the bodies' form
+                log.append(_tf_state())
+                quiet.leave(sec)
+                log.append(_tf_state())
+            log.append(_tf_state())
+        log.append(_tf_state())
+        seen[name] = log
+    assert seen["c"] == seen["torch"]
+    assert seen["c"][1][:2] == (False, True) and seen["c"][-1][:2] == (True, False)
+    assert seen["c"][0][:2] == seen["c"][-2][:2] == {"enabled": (True, False), "subclasses disabled": (False, False),
+                                                     "all disabled": (False, True)}[start]
+
+
+def test_the_adapters_sections_enter_the_c_guard_and_the_recorded_calls_take_them_without_a_section_object():
+    if state._NO_TF_C is None:
+        pytest.skip("the C++ node hooks are not built")
+    from msprobe_inject.pytorch import apis
+
+    assert state.Quiet.guard is state._NO_TF_C
+    assert apis._apicall is None or apis._apicall.quiet_in_c()
+    with pytest.raises(TypeError, match="capsule"):
+        tstate.Quiet(_local(), "busy", 3)
