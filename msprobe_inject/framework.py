@@ -43,6 +43,9 @@ class Framework(Protocol):
     tensor_type_name: str  # the "type" of an encoded tensor entry
     file_suffix: str  # of tensor files: ".pt", ".npy"
     tls: ThreadState
+    # the adapter's compiled parts, each loaded or not (a process's manifest entry says which: a rank recording
+    # through the Python fallbacks is slower, and nothing else would tell)
+    native: Dict[str, bool]
 
     def rank(self) -> Optional[int]:
         """This process's rank from the framework's communication package, None before it is initialised."""

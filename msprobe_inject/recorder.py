@@ -58,7 +58,7 @@ class Recorder:
         self.cfg = cfg
         self.fw = fw
         self.session = Session(cfg, fw.name, self._rank_or_env if zero_code else fw.rank, fw.resolve,
-                               fw.save_tensor, fw.resolve_host)
+                               fw.save_tensor, fw.resolve_host, fw.native)
         self.writer = self.session.writer
         self.encoder = fw.make_encoder(cfg, self.session.tensor_dir, self.writer)
         self.tls = fw.tls

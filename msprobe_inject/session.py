@@ -75,9 +75,10 @@ class Session:
 
     def __init__(self, cfg: DumpConfig, framework: str, rank_fn: Callable[[], Optional[int]],
                  resolver: Callable[[list], Optional[Dict[int, str]]], save_tensor: Callable[[Any, str], None],
-                 resolve_host: Optional[Callable[[list], list]] = None):
+                 resolve_host: Optional[Callable[[list], list]] = None, native: Optional[Dict[str, bool]] = None):
         self.cfg = cfg
         self.framework = framework
+        self.native = dict(native or {})  # the framework's compiled parts, loaded or not: for the manifest entry
         self._rank_fn = rank_fn
         overflow = None
         if cfg.task == "overflow_check":
@@ -188,7 +189,7 @@ class Session:
                 from . import coord  # optional: shared-file-system coordination
 
                 root = coord.resolve_process_root(self.cfg.dump_path, self.rank)
-                extra = {}
+                extra: Dict[str, Any] = {"native": self.native} if self.native else {}
                 fl = self.writer.flight
                 if fl is not None:
                     from .flight import spill_dir

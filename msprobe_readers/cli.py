@@ -20,7 +20,7 @@ import re
 import sys
 from typing import IO, Any, Callable, Dict, List, Optional, Set, Tuple
 
-from msprobe_readers import __version__, flight, reading, text
+from msprobe_readers import __version__, flight, native, reading, text
 from msprobe_readers import diff as dif
 from msprobe_readers import ranks as rk
 from msprobe_readers import summary as sm
@@ -146,6 +146,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         done()
     first = sm.global_first_nan(summaries)
     fl = flight.read(args.dump)
+    built = native.read(args.dump)
     whole = shards.overview(collector.globals()) if collector is not None else None
     if args.json:
         out = {"dump_path": args.dump, "ranks": summary_json(summaries),
@@ -154,10 +155,12 @@ def cmd_summary(args: argparse.Namespace) -> int:
             out["sharded"] = whole
         if fl is not None:
             out["flight_recorder"] = fl
+        if built is not None:
+            out["native"] = built
         json.dump(_nan_safe(out), sys.stdout, indent=1)
         print()
     else:
-        for line in flight.describe(fl):
+        for line in flight.describe(fl) + native.describe(built):
             print(line)
         print(text.format_detail(summaries, args.dump, args.frames))
         if whole is not None:

@@ -80,17 +80,16 @@ def _order(entry: Dict[str, Any]) -> Tuple:
 
 def build(entries: List[Dict[str, Any]], created: Optional[str] = None,
           updated: Optional[str] = None) -> Dict[str, Any]:
-    """The combined manifest of process entries: the job-wide config and versions are the most common ones,
-    and an entry keeps its own only when it differs (as the single-file manifest did)."""
-    config = _most_common([e["config"] for e in entries if isinstance(e.get("config"), dict)])
-    vers = _most_common([e["versions"] for e in entries if isinstance(e.get("versions"), dict)])
+    """The combined manifest of process entries: the job-wide config, versions and compiled parts ("native") are
+    the most common ones, and an entry keeps its own only when it differs (as the single-file manifest did)."""
+    common = {name: _most_common([e[name] for e in entries if isinstance(e.get(name), dict)])
+              for name in ("config", "versions", "native")}
     procs = []
     for entry in sorted(entries, key=_order):
         entry = dict(entry)
-        if entry.get("config") == config:
-            entry.pop("config", None)
-        if entry.get("versions") == vers:
-            entry.pop("versions", None)
+        for name, value in common.items():
+            if entry.get(name) == value:
+                entry.pop(name, None)
         procs.append(entry)
     starts = sorted(str(e["start_time"]) for e in entries if e.get("start_time"))
     nodes = {(p.get("host") or "", p.get("node_rank")) for p in procs}
@@ -103,7 +102,8 @@ def build(entries: List[Dict[str, Any]], created: Optional[str] = None,
     return {
         "format": FORMAT, "tool": TOOL,
         "created": created or (starts[0] if starts else None), "updated": updated,
-        "config": config, "versions": vers,
+        "config": common["config"], "versions": common["versions"],
+        **({"native": common["native"]} if common["native"] else {}),
         "ranks": sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)}),
         "hosts": sorted({p["host"] for p in procs if p.get("host")}),
         "attempts": sorted({p["attempt"] for p in procs if isinstance(p.get("attempt"), int)}),

@@ -5,7 +5,7 @@ model's Cells through a per-instance subclass, gradients through ``ops.HookBackw
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import mindspore as ms
 from mindspore import nn
@@ -24,6 +24,7 @@ class MindSporeFramework:
     tensor_type_name = "mindspore.Tensor"
     file_suffix = ".npy"
     tls = tls
+    native: Dict[str, bool] = {}  # no compiled part of its own
     rank = staticmethod(rank)
     resolve = staticmethod(encode.resolve)
     resolve_host = staticmethod(encode.resolve_host)

@@ -11,7 +11,7 @@ import torch
 
 from .. import values
 from ..recorder import Recorder
-from . import encode
+from . import apis, encode, state
 from .apis import ApiHooks
 from .modules import ModuleHooks
 from .state import Quiet, tls
@@ -30,6 +30,10 @@ class TorchFramework:
     tensor_type_name = "torch.Tensor"
     file_suffix = ".pt"
     tls = tls
+    # the C++ node hooks (built per torch, at a launch or by ``python -m msprobe_inject.nodehook``), a recorded API
+    # call's C common case and a value's entries in C (built with the package)
+    native = {"node_hooks": state.hook_after is not None, "api_call": apis._apicall is not None,
+              "entries": encode._fast_entries is not None}
 
     def __init__(self) -> None:
         self.apis: Optional[ApiHooks] = None

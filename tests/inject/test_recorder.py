@@ -7,7 +7,7 @@ import json
 import os
 import threading
 import warnings
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -59,6 +59,7 @@ class FakeFramework:
     tensor_type = FakeTensor
     tensor_type_name = "fake.Tensor"
     file_suffix = ".bin"
+    native: Dict[str, bool] = {}
 
     def __init__(self, fail_on: Optional[float] = None):
         self.tls = FakeState()
