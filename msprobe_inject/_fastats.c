@@ -1482,14 +1482,20 @@ static PyObject *C_constants; /* encode._CONSTANTS: a broadcast float32 tensor's
 /* StatCache.key: (data_ptr, dtype, shape, stride(), _version, device), or for a contiguous tensor (here always of one
  * or more dimensions) (data_ptr, dtype, numel, None, _version, device); NULL (no error set) if a getter failed */
 static PyObject *
-cache_key(PyObject *t, PyObject *ptr, PyObject *size, int contiguous, Py_ssize_t n)
+cache_key(PyObject *t, const void *p, PyObject *size, int contiguous, Py_ssize_t n)
 {
+    PyObject *ptr = PyLong_FromVoidPtr((void *)p); /* made here: only a large tensor's key needs it */
+    if (ptr == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
     /* its third and fourth items, each a new reference: (numel, None) or (shape, stride()) */
     PyObject *third = contiguous ? PyLong_FromSsize_t(n) : NEW_REF(size),
              *fourth = contiguous ? NEW_REF(Py_None) : tget(t, A_STRIDE),
              *version = tget(t, A_VERSION), *device = tget(t, A_DEVICE), *key = NULL;
     if (third != NULL && fourth != NULL && version != NULL && device != NULL)
         key = PyTuple_Pack(6, ptr, E.f32, third, fourth, version, device);
+    Py_DECREF(ptr);
     Py_XDECREF(third);
     Py_XDECREF(fourth);
     Py_XDECREF(version);
@@ -1772,10 +1778,10 @@ gathered(PyObject *t, const float *p, PyObject *size, Py_ssize_t n)
     return g;
 }
 
-/* tensor_entry's reads through torch's Python getters: 1 with *ptr, *size (a tuple) and *rg new references, 2 the
+/* tensor_entry's reads through torch's Python getters: 1 with *p, *size (a tuple) and *rg (new references), 2 the
  * same for a broadcast of one value (see gate), 0 for a tensor encode.py encodes (no exception set) */
 static int
-py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out, PyObject **ptr_out,
+py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out,
         PyObject **size_out, PyObject **rg_out)
 {
     PyObject *o = tget(t, A_NUMEL); /* first: a large tensor is encode.py's at once */
@@ -1798,35 +1804,77 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
         return 0;
     PyObject *ptr = tget(t, A_DATA_PTR);
     const float *p = ptr == NULL ? NULL : PyLong_AsVoidPtr(ptr);
+    Py_XDECREF(ptr);
     if (p == NULL) { /* no storage (a functorch or fake tensor) */
-        Py_XDECREF(ptr);
         PyErr_Clear();
         return 0;
     }
     PyObject *size = tget(t, A_SHAPE);
     if (size == NULL || !PyTuple_Check(size)) {
-        Py_DECREF(ptr);
         Py_XDECREF(size);
         PyErr_Clear();
         return 0;
     }
     PyObject *rg = tget(t, A_REQUIRES_GRAD);
     if (rg == NULL || (rg != Py_True && rg != Py_False)) {
-        Py_DECREF(ptr);
         Py_DECREF(size);
         Py_XDECREF(rg);
         PyErr_Clear();
         return 0;
     }
-    *n_out = n, *contig_out = contiguous, *p_out = p, *ptr_out = ptr, *size_out = size, *rg_out = rg;
+    *n_out = n, *contig_out = contiguous, *p_out = p, *size_out = size, *rg_out = rg;
     return kind;
+}
+
+/* The shape tuples cxx_meta made last, by their sizes: a step's calls see the same few shapes over and over, and a
+ * shape tuple is immutable (the entries share it). Round robin; the GIL serialises it, as the rest of this file. */
+#define SHAPES 16
+#define SHAPE_DIMS 8
+static struct {
+    int64_t ndim;
+    int64_t sizes[SHAPE_DIMS];
+    PyObject *tuple; /* a strong reference, NULL while the slot is empty */
+} shapes[SHAPES];
+static int shapes_next;
+
+/* the tuple of sizes[0..ndim), a new reference, or NULL with an error set */
+static PyObject *
+shape_of(const int64_t *sizes, int64_t ndim)
+{
+    if (ndim <= SHAPE_DIMS) {
+        for (int i = 0; i < SHAPES; i++) {
+            if (shapes[i].tuple != NULL && shapes[i].ndim == ndim
+                && (ndim == 0 || memcmp(shapes[i].sizes, sizes, sizeof(int64_t) * (size_t)ndim) == 0))
+                return NEW_REF(shapes[i].tuple);
+        }
+    }
+    PyObject *size = PyTuple_New((Py_ssize_t)ndim);
+    for (Py_ssize_t i = 0; size != NULL && i < (Py_ssize_t)ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(sizes[i]);
+        if (d == NULL) {
+            Py_CLEAR(size);
+            break;
+        }
+        PyTuple_SET_ITEM(size, i, d);
+    }
+    if (size != NULL && ndim <= SHAPE_DIMS) {
+        int i = shapes_next;
+        shapes_next = (i + 1) % SHAPES;
+        PyObject *old = shapes[i].tuple;
+        shapes[i].ndim = ndim;
+        if (ndim > 0)
+            memcpy(shapes[i].sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+        shapes[i].tuple = NEW_REF(size);
+        Py_XDECREF(old); /* last: a tuple's ints free no Python code, but the slot is whole before it */
+    }
+    return size;
 }
 
 /* The same from the TensorImpl (T_meta): 1 and 2 as py_meta, 0 for encode.py, -1 where the C++ read declined
  * (py_meta's turn). Both decide through gate. */
 static int
 cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out,
-         PyObject **ptr_out, PyObject **size_out, PyObject **rg_out)
+         PyObject **size_out, PyObject **rg_out)
 {
     tmeta_v1 m;
     if (T_meta(t, &m) != 0)
@@ -1837,22 +1885,12 @@ cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out,
         return 0;
     if (m.data == NULL)
         return 0;
-    PyObject *size = PyTuple_New((Py_ssize_t)m.ndim);
-    PyObject *ptr = size == NULL ? NULL : PyLong_FromVoidPtr((void *)m.data);
-    for (Py_ssize_t i = 0; ptr != NULL && i < (Py_ssize_t)m.ndim; i++) {
-        PyObject *d = PyLong_FromLongLong(m.sizes[i]);
-        if (d == NULL) {
-            Py_CLEAR(ptr);
-            break;
-        }
-        PyTuple_SET_ITEM(size, i, d);
-    }
-    if (ptr == NULL) {
-        Py_XDECREF(size);
+    PyObject *size = shape_of(m.sizes, m.ndim);
+    if (size == NULL) {
         PyErr_Clear();
         return -1;
     }
-    *n_out = n, *contig_out = m.contiguous, *p_out = (const float *)m.data, *ptr_out = ptr, *size_out = size;
+    *n_out = n, *contig_out = m.contiguous, *p_out = (const float *)m.data, *size_out = size;
     *rg_out = NEW_REF(m.requires_grad ? Py_True : Py_False);
     return kind;
 }
@@ -1885,11 +1923,11 @@ threads_now(void)
  * encode.StatCache for those, or None */
 /* a tensor's figures: from its TensorImpl where that reader is set up and takes it, else through its attributes */
 static int
-read_meta(PyObject *t, int mode, int threads, Py_ssize_t *n, int *contiguous, const float **p, PyObject **ptr,
-          PyObject **size, PyObject **rg)
+read_meta(PyObject *t, int mode, int threads, Py_ssize_t *n, int *contiguous, const float **p, PyObject **size,
+          PyObject **rg)
 {
-    int got = T_meta != NULL ? cxx_meta(t, mode, threads, n, contiguous, p, ptr, size, rg) : -1;
-    return got < 0 ? py_meta(t, mode, threads, n, contiguous, p, ptr, size, rg) : got;
+    int got = T_meta != NULL ? cxx_meta(t, mode, threads, n, contiguous, p, size, rg) : -1;
+    return got < 0 ? py_meta(t, mode, threads, n, contiguous, p, size, rg) : got;
 }
 
 static PyObject *
@@ -1900,27 +1938,25 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     Py_ssize_t n;
     int contiguous;
     const float *p;
-    PyObject *ptr, *size, *rg;
-    int got = read_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg);
+    PyObject *size, *rg;
+    int got = read_meta(t, mode, threads, &n, &contiguous, &p, &size, &rg);
     if (!got)
         return NOT_MINE;
     if (threads == THREADS_ASK) {
         if (n < TS_GRAIN && n <= E.max_numel) {
             threads = 1; /* not read: below the grain and in one block */
         } else { /* the function may run Python code: the tensor's figures are read again after it */
-            Py_DECREF(ptr);
             Py_DECREF(size);
             Py_DECREF(rg);
             if ((threads = threads_now()) < 1)
                 return NOT_MINE;
-            if (!(got = read_meta(t, mode, threads, &n, &contiguous, &p, &ptr, &size, &rg)))
+            if (!(got = read_meta(t, mode, threads, &n, &contiguous, &p, &size, &rg)))
                 return NOT_MINE;
         }
     }
     uint32_t *g = NULL; /* a non-contiguous tensor's bytes in its order, for a checksum (gate: a small tensor) */
     if (!contiguous && (mode == MODE_MD5 || mode == MODE_XOR) && (g = gathered(t, p, size, n)) == NULL) {
         PyErr_Clear();
-        Py_DECREF(ptr);
         Py_DECREF(size);
         Py_DECREF(rg);
         return NOT_MINE;
@@ -1928,7 +1964,6 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     if (got == 2 && mode != MODE_XOR) { /* xor: no figures, the checksum below */
         PyObject *d = constant_entry(p, n, size, rg, mode, threads, g, compact);
         PyMem_Free(g);
-        Py_DECREF(ptr);
         Py_DECREF(size);
         Py_DECREF(rg);
         if (d != NULL && d != NOT_MINE && PyDict_CheckExact(d))
@@ -1940,11 +1975,10 @@ tensor_entry(PyObject *t, int mode, int threads, PyObject *cache)
     PyObject *entries = NULL, *key = NULL, *stat = NULL, *crc = NULL;
     if (large && cache != Py_None && mode != MODE_NORM) { /* the cache holds all four figures */
         entries = PyObject_GetAttr(cache, S_entries);
-        if (entries != NULL && PyDict_Check(entries) && (key = cache_key(t, ptr, size, contiguous, n)) != NULL)
+        if (entries != NULL && PyDict_Check(entries) && (key = cache_key(t, p, size, contiguous, n)) != NULL)
             stat = cache_get(cache, entries, key, mode == MODE_MD5, &crc);
         PyErr_Clear();
     }
-    Py_DECREF(ptr);
     int scalar = PyTuple_GET_SIZE(size) == 0;
     char hex[24];
     double fig[4];

@@ -538,3 +538,20 @@ def test_the_kernels_blocks_read_two_at_a_time_keep_the_first_of_equal_zeros(see
         assert _fastats.f32_mean(a, n, 16, 2, 0, 1)[2] == _fastats.f32_mean(a, n, 16, 2, 0, 2)[2] == q, n
         for threads in (1, 2):  # the Norm alone (the monitor preset), above 32,768 elements shared with torch's threads
             assert _fastats.entries((None, encode._NORM_MODE, threads, None), [t], [])[0]["Norm"] == math.sqrt(q), n
+
+
+@pytest.mark.parametrize("mode", [0, encode._COMPACT])
+def test_each_entry_has_its_own_tensors_shape_while_the_recent_shapes_are_reused(mode):
+    """The C entries keep the last shape tuples they made (cxx_meta's round robin, where the tensor's metadata is
+    read from its TensorImpl) and hand out the one of the same sizes: over more distinct shapes than it keeps, of 0
+    to 10 dimensions (above 8 none is kept), in orders that evict them and come back, each entry's shape is its
+    own tensor's."""
+    from msprobe_inject import _fastats
+
+    assert encode.use_fast_entries()
+    shapes = [(), (3,), (1, 5), (5, 1), (2, 3), (3, 2), (2, 2, 2), (1, 1, 1, 1), (2,) * 8, (1,) * 9 + (2,),
+              (2, 1) * 5] + [(k, 2) for k in range(1, 15)]
+    tensors = [torch.arange(float(math.prod(s))).reshape(s) for s in shapes]
+    for order in (tensors, tensors[::-1], tensors[::3] + tensors):
+        got = _fastats.entries((None, mode, 1, None), order, [])
+        assert [list(e["shape"]) for e in got] == [list(t.shape) for t in order]
