@@ -79,12 +79,14 @@ FASTATS = Extension("msprobe_inject._fastats", ["msprobe_inject/_fastats.c"],
                     depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
 # the journal's append in one call (the training thread journals every record)
 JPUT = Extension("msprobe_inject.dumpformat._jput", ["msprobe_inject/dumpformat/_jput.c"],
-                 depends=["msprobe_inject/dumpformat/_entry.h", "msprobe_inject/_attrs.h"], optional=True)
+                 depends=["msprobe_inject/dumpformat/_entry.h", "msprobe_inject/_attrs.h",
+                          "msprobe_inject/_stacksig.h"], optional=True)
 # each record body's JSON text into one buffer (the writer thread encodes every record)
 JENC = Extension("msprobe_inject.dumpformat._jenc", ["msprobe_inject/dumpformat/_jenc.c"],
                  depends=["msprobe_inject/dumpformat/_entry.h"], optional=True)
 # the signature of a recorded call's stack (the writer looks each record's stack up by it)
-STACKSIG = Extension("msprobe_inject._stacksig", ["msprobe_inject/_stacksig.c"], optional=True)
+STACKSIG = Extension("msprobe_inject._stacksig", ["msprobe_inject/_stacksig.c"], depends=["msprobe_inject/_stacksig.h"],
+                     optional=True)
 # the hooks' per-thread state, read and set about twenty times per recorded call
 TSTATE = Extension("msprobe_inject._tstate", ["msprobe_inject/_tstate.c"], depends=["msprobe_inject/_tstate.h"],
                    optional=True)

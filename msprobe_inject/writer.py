@@ -34,9 +34,10 @@ from .flight import Flight
 _cput = journal._put  # the journal's append in C, or None (JournalFile.put does the same in Python)
 
 try:  # built with the package where a C compiler is available
+    from ._stacksig import Table as _StackTable
     from ._stacksig import sig as _stack_sig
 except ImportError:
-    _stack_sig = None
+    _StackTable = _stack_sig = None
 
 _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
@@ -243,7 +244,9 @@ class DumpWriter:
         self._spare: Optional[journal.JournalFile] = None
         self._jbuf: List[bytes] = []  # stack frames of a call in flight: written with its record
         self._held = False  # flight recorder, training thread: the open step is held in its spill journal (see send)
-        self._stacks: Dict[Any, Tuple[int, tuple, tuple]] = {}  # code ids and offsets -> (id, lines, frames)
+        # code ids and offsets -> (id, lines, frames); a _stacksig.Table where sig is its own: stack_at's C looks a
+        # walk's words up there without making the key
+        self._stacks: Any = _StackTable() if _StackTable is not None and _stack_sig is not None else {}
         # (frame, the code ids and offsets above it): the calls of one function share everything above their
         # caller. A plain function's frame object runs once: while the same one is the caller's caller it has
         # been running all along, and the frames above it stay suspended at the same instructions (a generator

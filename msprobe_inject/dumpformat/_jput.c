@@ -23,6 +23,7 @@
 
 #include "_entry.h"
 #include "../_attrs.h"
+#include "../_stacksig.h"
 
 static PyObject *s_mm, *s_pos, *s_busy, *V_one;
 #define NEW_REF(o) (Py_INCREF(o), (o)) /* Py_NewRef, which Python 3.9 lacks */
@@ -1056,6 +1057,7 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * jstack's tail. False, having changed nothing: no setup, a stack not seen before (DumpWriter.stack formats it),
  * or a journal jstack leaves to the Python path. An error is the caller's, the lock released. */
 static PyObject *F_sig, *s_blk, *s_wstacks, *s_acquire, *s_release;
+static StackSigAPI *SAPI; /* the walk and the table's lookup, where stack_setup found _stacksig's */
 
 
 /* ---- the hand-off lock (DumpWriter._blk): a reentrant lock the journal's C takes inline ----
@@ -1329,34 +1331,52 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (f == NULL)
         Py_RETURN_FALSE;
-    PyObject *sig = PyObject_CallOneArg(F_sig, (PyObject *)f);
+    /* the signature's words on this C stack, looked up in the writer's _stacksig.Table as they are; its bytes made
+     * only for a table of another type (a dict) */
+    uint64_t local[2 * STACKSIG_LOCAL], *words = NULL;
+    size_t n = 0;
+    PyObject *sig = NULL;
+    if (SAPI != NULL)
+        words = SAPI->walk(f, local, &n);
+    else
+        sig = PyObject_CallOneArg(F_sig, (PyObject *)f);
     Py_DECREF(f);
-    if (sig == NULL)
+    if (words == NULL && sig == NULL)
         return NULL;
     PyObject *lock = acquire_blk(w), *stacks = NULL, *known = NULL, *res = NULL;
-    if (lock == NULL) {
-        Py_DECREF(sig);
-        return NULL;
-    }
+    if (lock == NULL)
+        goto done;
     if ((stacks = attrs_get(w, s_wstacks)) != NULL) {
-        if (!PyDict_CheckExact(stacks)) {
+        if (SAPI != NULL && Py_IS_TYPE(stacks, SAPI->table_type)) {
+            known = SAPI->find(stacks, words, n);
+        } else if (!PyDict_CheckExact(stacks)) {
             res = NEW_REF(Py_False);
-        } else if ((known = PyDict_GetItemWithError(stacks, sig)) != NULL) {
+        } else if (sig == NULL
+                   && (sig = PyBytes_FromStringAndSize((const char *)words, (Py_ssize_t)(sizeof(uint64_t) * 2 * n)))
+                          == NULL) {
+            ;
+        } else {
+            known = PyDict_GetItemWithError(stacks, sig);
+        }
+        if (known != NULL) {
             PyObject *a[3] = {w, key, known};
             Py_INCREF(known); /* held while jstack runs: it may hand off, and so run a queue's Python code */
             res = jstack(self, a, 3);
             Py_DECREF(known);
-        } else if (!PyErr_Occurred()) {
+        } else if (res == NULL && !PyErr_Occurred()) {
             res = NEW_REF(Py_False);
         }
         Py_DECREF(stacks);
     }
-    Py_DECREF(sig);
     /* the lock is released whatever happened, the error kept */
     int released = release_keeping(lock);
     Py_DECREF(lock);
     if (released < 0)
         Py_CLEAR(res);
+done:
+    Py_XDECREF(sig);
+    if (words != NULL && words != local)
+        PyMem_Free(words);
     return res;
 }
 
@@ -1417,7 +1437,17 @@ jpost_setup(PyObject *self, PyObject *send)
 static PyObject *
 jstack_setup(PyObject *self, PyObject *sig)
 {
-    return set_callable(&F_sig, sig, "stack_setup(sig)");
+    PyObject *r = set_callable(&F_sig, sig, "stack_setup(sig)");
+    if (r != NULL) { /* its walk in C where sig is _stacksig's own: the words it would make bytes of */
+        StackSigAPI *api = stacksig_api_import();
+        PyObject *m = api != NULL ? PyImport_ImportModule("msprobe_inject._stacksig") : NULL;
+        PyObject *own = m != NULL ? PyObject_GetAttrString(m, "sig") : NULL;
+        SAPI = own == sig ? api : NULL;
+        Py_XDECREF(own);
+        Py_XDECREF(m);
+        PyErr_Clear();
+    }
+    return r;
 }
 
 /* attr_misses(): this module's reads that went through the attribute protocol (_attrs.h), for its tests */
