@@ -1249,10 +1249,11 @@ typedef struct {
     const int64_t *sizes;
     int64_t ndim;
     int f32, strided, cpu, neg, contiguous, requires_grad;
-} tmeta_v1;
-_Static_assert(sizeof(tmeta_v1) == 56 && offsetof(tmeta_v1, requires_grad) == 52, "tmeta_v1 is _nodehook.cpp's");
-typedef int (*tmeta_fn)(PyObject *, tmeta_v1 *);
-#define TMETA_CAPSULE "msprobe_inject.tensor_meta.v1"
+    const int64_t *strides; /* v2: a non-contiguous tensor's layout for gate, without the getter's ~250 instructions */
+} tmeta_v2;
+_Static_assert(sizeof(tmeta_v2) == 64 && offsetof(tmeta_v2, strides) == 56, "tmeta_v2 is _nodehook.cpp's");
+typedef int (*tmeta_fn)(PyObject *, tmeta_v2 *);
+#define TMETA_CAPSULE "msprobe_inject.tensor_meta.v2"
 static tmeta_fn T_meta;
 static PyObject *T_capsule;
 
@@ -1430,24 +1431,15 @@ contiguous_in(const int64_t *size, const int64_t *stride, const int *ix, int nd)
  * transpose; from 3 dimensions the order of decreasing stride, then size): its elements are then the dense block
  * at its data pointer, which encode.py reduces through that permutation's view (the same address) */
 static int
-permuted_dense(PyObject *t)
+permuted_dense_of(const int64_t *size, const int64_t *stride, int nd)
 {
-    int64_t size[8], stride[8];
-    int ix[8], nd;
-    PyObject *sz = tget(t, A_SHAPE), *st = sz == NULL ? NULL : tget(t, A_STRIDE);
-    int ok = sz != NULL && st != NULL && PyTuple_Check(sz) && PyTuple_Check(st)
-             && (nd = (int)PyTuple_GET_SIZE(sz)) == PyTuple_GET_SIZE(st) && nd >= 2 && nd <= 8;
-    for (int d = 0; ok && d < nd; d++) {
-        size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
-        stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
-        ok = !PyErr_Occurred() && stride[d] != 0; /* 0: a broadcast, dense in no order */
-        ix[d] = d;
-    }
-    Py_XDECREF(sz);
-    Py_XDECREF(st);
-    if (!ok) {
-        PyErr_Clear();
+    int ix[8];
+    if (nd < 2 || nd > 8)
         return 0;
+    for (int d = 0; d < nd; d++) {
+        if (stride[d] == 0) /* a broadcast, dense in no order */
+            return 0;
+        ix[d] = d;
     }
     if (nd == 2) {
         ix[0] = 1, ix[1] = 0;
@@ -1462,6 +1454,29 @@ permuted_dense(PyObject *t)
         }
     }
     return contiguous_in(size, stride, ix, nd);
+}
+
+/* the same through torch's getters (shape, stride) */
+static int
+permuted_dense(PyObject *t)
+{
+    int64_t size[8], stride[8];
+    int nd = 0;
+    PyObject *sz = tget(t, A_SHAPE), *st = sz == NULL ? NULL : tget(t, A_STRIDE);
+    int ok = sz != NULL && st != NULL && PyTuple_Check(sz) && PyTuple_Check(st)
+             && (nd = (int)PyTuple_GET_SIZE(sz)) == PyTuple_GET_SIZE(st) && nd >= 2 && nd <= 8;
+    for (int d = 0; ok && d < nd; d++) {
+        size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
+        stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        ok = !PyErr_Occurred();
+    }
+    Py_XDECREF(sz);
+    Py_XDECREF(st);
+    if (!ok) {
+        PyErr_Clear();
+        return 0;
+    }
+    return permuted_dense_of(size, stride, nd);
 }
 
 /* the summary modes, as encode.py's _ENTRY_MODES; MODE_NORM: the Norm alone, Max, Min and Mean null (the monitor
@@ -1596,6 +1611,16 @@ shape_list(PyObject *size)
 
 /* 1: every stride of t is 0 (a broadcast of one value: the gradient a sum or a mean hands back) */
 static int
+zero_strides_of(const int64_t *stride, int64_t nd)
+{
+    for (int64_t d = 0; d < nd; d++)
+        if (stride[d] != 0)
+            return 0;
+    return nd > 0;
+}
+
+/* the same through torch's getter (stride) */
+static int
 zero_strides(PyObject *t)
 {
     PyObject *st = tget(t, A_STRIDE);
@@ -1717,7 +1742,8 @@ sized(Py_ssize_t n, int mode, int threads)
 /* tensor_entry's decision on what its reads found, the same whichever read: 1 this file's tensor, 2 a broadcast of one
  * value (its figures constant_entry's; xor: its checksum alone), 0 encode.py's. */
 static int
-gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int cpu, int neg, int contiguous)
+gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int cpu, int neg, int contiguous,
+     const int64_t *sizes, const int64_t *strides, int64_t ndim)
 {
     if (!sized(n, mode, threads) || !f32 || !strided || !cpu || neg)
         return 0;
@@ -1727,6 +1753,8 @@ gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int
      * a small tensor */
     if ((mode == MODE_MD5 || mode == MODE_XOR) && n > E.max_numel)
         return 0;
+    if (strides != NULL) /* the TensorImpl's own (cxx_meta) */
+        return zero_strides_of(strides, ndim) ? 2 : ndim <= 8 ? permuted_dense_of(sizes, strides, (int)ndim) : 0;
     if (zero_strides(t))
         return 2;
     return permuted_dense(t);
@@ -1799,7 +1827,7 @@ py_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, 
         return 0; /* before the other reads: a large tensor is encode.py's at once */
     int contiguous = attr_is(t, A_IS_CONTIGUOUS, Py_True);
     int kind = gate(t, mode, threads, n, attr_is(t, A_DTYPE, E.f32), attr_is(t, A_LAYOUT, E.strided),
-                    attr_is(t, A_IS_CPU, Py_True), !attr_is(t, A_IS_NEG, Py_False), contiguous);
+                    attr_is(t, A_IS_CPU, Py_True), !attr_is(t, A_IS_NEG, Py_False), contiguous, NULL, NULL, 0);
     if (!kind)
         return 0;
     PyObject *ptr = tget(t, A_DATA_PTR);
@@ -1876,11 +1904,11 @@ static int
 cxx_meta(PyObject *t, int mode, int threads, Py_ssize_t *n_out, int *contig_out, const float **p_out,
          PyObject **size_out, PyObject **rg_out)
 {
-    tmeta_v1 m;
+    tmeta_v2 m;
     if (T_meta(t, &m) != 0)
         return -1;
     Py_ssize_t n = (Py_ssize_t)m.numel;
-    int kind = gate(t, mode, threads, n, m.f32, m.strided, m.cpu, m.neg, m.contiguous);
+    int kind = gate(t, mode, threads, n, m.f32, m.strided, m.cpu, m.neg, m.contiguous, m.sizes, m.strides, m.ndim);
     if (!kind)
         return 0;
     if (m.data == NULL)

@@ -168,7 +168,7 @@ static PyObject* hook_single(PyObject*, PyObject* const* args, Py_ssize_t n) {
 // The metadata _fastats.entries reads of a tensor before its statistics, from its TensorImpl in one call: through
 // torch's Python getters that is nine calls, each with torch's error-handling frame and warning handler (~3,000
 // instructions per tensor). _fastats takes the function from this module's capsule (tensor_meta), whose name
-// carries the struct's version; its layout is _fastats.c's tmeta_v1. 0: read; -1: not a tensor this reads (a
+// carries the struct's version; its layout is _fastats.c's tmeta_v2. 0: read; -1: not a tensor this reads (a
 // wrapper, a subclass's dispatch, symbolic sizes, no storage, any error), for _fastats to read through Python.
 extern "C" {
 typedef struct {
@@ -177,11 +177,12 @@ typedef struct {
   const int64_t* sizes;  // the tensor's own, valid while it lives
   int64_t ndim;
   int f32, strided, cpu, neg, contiguous, requires_grad;
-} tmeta_v1;
+  const int64_t* strides;  // as sizes: a non-contiguous tensor's layout without its Python getter (v2)
+} tmeta_v2;
 }
-static_assert(sizeof(tmeta_v1) == 56 && offsetof(tmeta_v1, requires_grad) == 52, "tmeta_v1 is _fastats.c's");
+static_assert(sizeof(tmeta_v2) == 64 && offsetof(tmeta_v2, strides) == 56, "tmeta_v2 is _fastats.c's");
 
-static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
+static int tensor_meta(PyObject* obj, tmeta_v2* m) noexcept {
   try {
     if (!THPVariable_Check(obj)) return -1;
     const at::Tensor& t = THPVariable_Unpack(obj);
@@ -205,6 +206,7 @@ static int tensor_meta(PyObject* obj, tmeta_v1* m) noexcept {
     auto sizes = impl->sizes();
     m->sizes = sizes.data();
     m->ndim = (int64_t)sizes.size();
+    m->strides = m->strided ? impl->strides().data() : nullptr;
     m->requires_grad = impl->requires_grad();
     return 0;
   } catch (...) {
@@ -250,7 +252,7 @@ PyMODINIT_FUNC PyInit__nodehook(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  PyObject* meta = m ? PyCapsule_New((void*)&tensor_meta, "msprobe_inject.tensor_meta.v1", nullptr) : nullptr;
+  PyObject* meta = m ? PyCapsule_New((void*)&tensor_meta, "msprobe_inject.tensor_meta.v2", nullptr) : nullptr;
   if (m && (!meta || PyModule_AddObject(m, "tensor_meta", meta) < 0)) {
     Py_XDECREF(meta);
     Py_DECREF(m);

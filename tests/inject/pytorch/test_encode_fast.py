@@ -539,8 +539,14 @@ def _entries_text(enc: encode.Encoder, value, meta: bool) -> str:
 def _odd_tensors() -> list:
     """Tensors whose metadata Python's getters answer otherwise than a plain one's, or refuse."""
     base = torch.randn(6, 5)
+    # non-contiguous: a transpose at an offset, permutations of 3 and 4 dimensions (dense; one with a dimension of
+    # size 1), a slice no permutation makes dense, broadcasts of one value and of a row, a permutation of 9 dimensions
+    cube = torch.randn(3, 4, 5)
+    out = [base[1:].t(), cube.permute(2, 0, 1), torch.randn(2, 3, 1, 4).permute(3, 1, 0, 2), cube.transpose(0, 2)[1:],
+           torch.tensor(0.5).expand(4, 3), torch.randn(1, 5).expand(3, 5),
+           torch.randn([2] * 9).permute(*range(8, -1, -1))]
     # the first two contiguous at an offset into their storage
-    out = [base[1:], base[2], base[1:, 2:], base.t(), base[::2],
+    out += [base[1:], base[2], base[1:, 2:], base.t(), base[::2],
            torch._neg_view(base), torch.empty(0), torch.randn(()),
            torch.randn(3, device="meta"), base.to(torch.float64), base.to_sparse(), torch.nn.Parameter(base.clone()),
            base.clone().requires_grad_()]
