@@ -1351,12 +1351,11 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             known = SAPI->find(stacks, words, n);
         } else if (!PyDict_CheckExact(stacks)) {
             res = NEW_REF(Py_False);
-        } else if (sig == NULL
-                   && (sig = PyBytes_FromStringAndSize((const char *)words, (Py_ssize_t)(sizeof(uint64_t) * 2 * n)))
-                          == NULL) {
-            ;
         } else {
-            known = PyDict_GetItemWithError(stacks, sig);
+            if (sig == NULL)
+                sig = PyBytes_FromStringAndSize((const char *)words, (Py_ssize_t)(sizeof(uint64_t) * 2 * n));
+            if (sig != NULL)
+                known = PyDict_GetItemWithError(stacks, sig);
         }
         if (known != NULL) {
             PyObject *a[3] = {w, key, known};
