@@ -52,7 +52,7 @@ has_attr(PyObject *o, PyObject *name)
     return r;
 }
 
-static PyObject *SLOW, *T_function, *T_tensor, *T_record, *T_construct, *F_partial, *F_hook_after, *F_stack_at,
+static PyObject *SLOW, *T_function, *T_tensor, *T_record, *T_construct, *F_hook_after, *F_stack_at,
     *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *V_one, *V_zero;
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
@@ -448,19 +448,17 @@ capture_outputs(PyObject *hooks, PyObject *rec, PyObject *s, PyObject *enc, PyOb
         int rg = plain_true(out, s_requires_grad);
         if (rg <= 0)
             return rg;
-        PyObject *bkey = api_key(base, idx, "backward"), *fn = NULL;
+        PyObject *bkey = api_key(base, idx, "backward");
         PyObject *body_fn = bkey == NULL ? NULL : attrs_get(hooks, s_backward_c);
-        if (body_fn != NULL) {
-            PyObject *pa[3] = {body_fn, bkey, Py_True};
-            fn = PyObject_Vectorcall(F_partial, pa, 3, NULL);
-            Py_DECREF(body_fn);
-        }
-        Py_XDECREF(bkey);
-        if (fn == NULL)
+        if (body_fn == NULL) {
+            Py_XDECREF(bkey);
             return -1;
-        PyObject *ha[2] = {out, fn};
-        PyObject *got = PyObject_Vectorcall(F_hook_after, ha, 2, NULL);
-        Py_DECREF(fn);
+        }
+        /* the node hook holds the body's arguments itself: no partial made and freed per call */
+        PyObject *ha[4] = {out, body_fn, bkey, Py_True};
+        PyObject *got = PyObject_Vectorcall(F_hook_after, ha, 4, NULL);
+        Py_DECREF(body_fn);
+        Py_DECREF(bkey);
         Py_XDECREF(got);
         return got == NULL ? -1 : 0;
     }
@@ -1516,23 +1514,23 @@ modcall_setup(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* setup(slow, function type, tensor type, Record, Construct, partial, hook_after or None, stack_at or None,
+/* setup(slow, function type, tensor type, Record, Construct, hook_after or None, stack_at or None,
  * is_grad_enabled, quiet enter, quiet leave, thread state, respell, the writer module): what every call uses, given
  * once */
 static PyObject *
 apicall_setup(PyObject *self, PyObject *args)
 {
-    PyObject *o[14];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &o[11], &o[12], &o[13]))
+    PyObject *o[13];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &o[12]))
         return NULL;
     if (!PyType_Check(o[1]) || !PyType_Check(o[2])) {
         PyErr_SetString(PyExc_TypeError, "setup: the function and tensor types");
         return NULL;
     }
-    PyObject **dst[14] = {&SLOW, &T_function, &T_tensor, &T_record, &T_construct, &F_partial, &F_hook_after,
-                          &F_stack_at, &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer};
-    for (int i = 0; i < 14; i++) {
+    PyObject **dst[13] = {&SLOW, &T_function, &T_tensor, &T_record, &T_construct, &F_hook_after, &F_stack_at,
+                          &F_grad, &F_enter, &F_leave, &TLS, &F_respell, &M_writer};
+    for (int i = 0; i < 13; i++) {
         Py_INCREF(o[i]);
         Py_XSETREF(*dst[i], o[i]);
     }

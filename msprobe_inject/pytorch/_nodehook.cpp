@@ -23,6 +23,8 @@ using torch::autograd::variable_list;
 
 namespace {
 
+constexpr Py_ssize_t kMaxBound = 6;  // the arguments post holds for a hook before the gradients
+
 inline PyObject* new_ref(PyObject* o) {  // Py_NewRef is 3.10's
   Py_INCREF(o);
   return o;
@@ -42,31 +44,54 @@ PyObject* wrap_all(const variable_list& vs) {
   return t;
 }
 
-// fn(*args) with the GIL held; a Python error it raises is cleared, one already set before is kept
-void call(PyObject* fn, const variable_list* a, const variable_list* b) {
+// fn(*bound, *args) with the GIL held; a Python error it raises is cleared, one already set before is kept
+void call(PyObject* fn, PyObject* bound, const variable_list* a, const variable_list* b) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  PyObject* args[2] = {wrap_all(*a), b ? wrap_all(*b) : nullptr};
-  if (args[0] && (!b || args[1])) {
-    PyObject* r = PyObject_Vectorcall(fn, args, b ? 2 : 1, nullptr);
+  Py_ssize_t nb = bound ? PyTuple_GET_SIZE(bound) : 0;  // at most kMaxBound (post)
+  PyObject* args[kMaxBound + 2];
+  for (Py_ssize_t i = 0; i < nb; i++) args[i] = PyTuple_GET_ITEM(bound, i);
+  PyObject* ga = wrap_all(*a);
+  PyObject* gb = b ? wrap_all(*b) : nullptr;
+  if (ga && (!b || gb)) {
+    args[nb] = ga;
+    args[nb + 1] = gb;
+    PyObject* r = PyObject_Vectorcall(fn, args, (size_t)(nb + (b ? 2 : 1)), nullptr);
     Py_XDECREF(r);
   }
-  Py_XDECREF(args[0]);
-  Py_XDECREF(args[1]);
+  Py_XDECREF(ga);
+  Py_XDECREF(gb);
   PyErr_Clear();
   PyErr_Restore(type, value, tb);
 }
 
 struct Held {
   PyObject* fn;
-  explicit Held(PyObject* f) : fn(new_ref(f)) {}
+  PyObject* bound;  // a tuple of the arguments fn takes before the gradients, or null
+  explicit Held(PyObject* f, PyObject* b = nullptr) : fn(new_ref(f)), bound(b ? new_ref(b) : nullptr) {}
   ~Held() {
     if (Py_IsInitialized()) {  // as torch's Python hooks: after the interpreter is gone the callable is leaked
       pybind11::gil_scoped_acquire gil;
       Py_DECREF(fn);
+      Py_XDECREF(bound);
     }
   }
-  c10::SafePyObject handed() const { return c10::SafePyObject(new_ref(fn), getPyInterpreter()); }
+  // the callable compiled autograd calls with the gradients alone: fn, or functools.partial(fn, *bound), made only
+  // here (a hook is handed on only while compiled autograd captures a graph)
+  c10::SafePyObject handed() const {
+    if (!bound) return c10::SafePyObject(new_ref(fn), getPyInterpreter());
+    pybind11::gil_scoped_acquire gil;
+    PyObject* functools = PyImport_ImportModule("functools");
+    PyObject* partial = functools ? PyObject_GetAttrString(functools, "partial") : nullptr;
+    Py_XDECREF(functools);
+    PyObject* args[kMaxBound + 1] = {fn};
+    Py_ssize_t nb = PyTuple_GET_SIZE(bound);
+    for (Py_ssize_t i = 0; i < nb; i++) args[i + 1] = PyTuple_GET_ITEM(bound, i);
+    PyObject* made = partial ? PyObject_Vectorcall(partial, args, (size_t)(nb + 1), nullptr) : nullptr;
+    Py_XDECREF(partial);
+    if (!made) throw python_error();
+    return c10::SafePyObject(made, getPyInterpreter());
+  }
 };
 
 struct PreHook : FunctionPreHook {
@@ -74,7 +99,7 @@ struct PreHook : FunctionPreHook {
   explicit PreHook(PyObject* f) : held(f) {}
   variable_list operator()(const variable_list& grads) override {
     pybind11::gil_scoped_acquire gil;
-    call(held.fn, &grads, nullptr);
+    call(held.fn, held.bound, &grads, nullptr);
     return grads;
   }
   void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
@@ -84,10 +109,10 @@ struct PreHook : FunctionPreHook {
 
 struct PostHook : FunctionPostHook {
   Held held;
-  explicit PostHook(PyObject* f) : held(f) {}
+  explicit PostHook(PyObject* f, PyObject* bound = nullptr) : held(f, bound) {}
   variable_list operator()(const variable_list& grad_inputs, const variable_list& grad_outputs) override {
     pybind11::gil_scoped_acquire gil;
-    call(held.fn, &grad_inputs, &grad_outputs);
+    call(held.fn, held.bound, &grad_inputs, &grad_outputs);
     return grad_inputs;
   }
   void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
@@ -105,15 +130,28 @@ bool two_args(PyObject* const* args, Py_ssize_t n, const char* usage) {
 
 }  // namespace
 
-// post(t, fn): fn as a post-hook of the node that made t, as t.grad_fn.register_hook(fn) adds it; False where grad
-// mode is off or t has no node (a leaf, a tensor made without grad)
+// post(t, fn, *bound): fn as a post-hook of the node that made t, as t.grad_fn.register_hook(fn) adds it, called
+// as fn(*bound, grad_inputs, grad_outputs): up to kMaxBound arguments held with it, where a partial would be an
+// object made and freed per recorded call; False where grad mode is off or t has no node (a leaf, a tensor made
+// without grad)
 static PyObject* post(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  if (!two_args(args, n, "post(tensor, callable)")) return nullptr;
+  if (n < 2 || n > 2 + kMaxBound || !THPVariable_Check(args[0]) || !PyCallable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "post(tensor, callable, *bound): at most 6 bound arguments");
+    return nullptr;
+  }
   HANDLE_TH_ERRORS
   if (!at::GradMode::is_enabled()) Py_RETURN_FALSE;
   const auto& node = THPVariable_Unpack(args[0]).grad_fn();
   if (!node) Py_RETURN_FALSE;
-  node->add_post_hook(std::make_unique<PostHook>(args[1]));
+  PyObject* bound = nullptr;
+  if (n > 2) {
+    bound = PyTuple_New(n - 2);
+    if (!bound) return nullptr;
+    for (Py_ssize_t i = 2; i < n; i++) PyTuple_SET_ITEM(bound, i - 2, new_ref(args[i]));
+  }
+  auto hook = std::make_unique<PostHook>(args[1], bound);
+  Py_XDECREF(bound);  // the hook holds its own reference
+  node->add_post_hook(std::move(hook));
   Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
 }
@@ -240,7 +278,7 @@ static const tfguard_v1 tf_guard = {tf_enter, tf_leave};
 static PyMethodDef methods[] = {
     {"hook_single", (PyCFunction)(void (*)(void))hook_single, METH_FASTCALL,
      "hook_single(value, fn): value's one plain tensor through a hooked alias"},
-    {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(tensor, fn): fn after the node that made tensor"},
+    {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(tensor, fn, *bound): fn(*bound, grad_inputs, grad_outputs) after the node that made tensor"},
     {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_nodehook", nullptr, -1, methods};

@@ -321,16 +321,15 @@ class ApiHooks:
                 return
         t = out if type(out) is _TENSOR else _first_tensor(out)
         if t is not None and t.requires_grad:
-            # a partial of a method bound once: one object per call, not a closure's function, cells and tuple,
-            # which the garbage collector follows and, alive until the backward pass, promotes (see
-            # modules.ModuleHooks' backward)
-            fn = partial(self._backward_body, bkey, record)
-            if hook_after is not None:
-                hook_after(t, fn)  # the node asked in C++ (grad mode too)
-            else:  # the callers asked grad mode
-                node = t.grad_fn
-                if node is not None:
-                    node.register_hook(fn)
+            if hook_after is not None:  # the node asked in C++ (grad mode too), which holds the arguments itself
+                hook_after(t, self._backward_body, bkey, record)
+                return
+            node = t.grad_fn  # the callers asked grad mode
+            if node is not None:
+                # a partial of a method bound once: one object per call, not a closure's function, cells and tuple,
+                # which the garbage collector follows and, alive until the backward pass, promotes (see
+                # modules.ModuleHooks' backward)
+                node.register_hook(partial(self._backward_body, bkey, record))
 
     def _on_backward(self, bkey: str, record: bool, grad_inputs, grad_outputs) -> None:
         # _apicall.backward is these steps for the calls the C records (a change here is made there too; the parity
@@ -381,7 +380,7 @@ except ImportError:
     _apicall = None
 _fast_call = None
 if _apicall is not None:
-    _apicall.setup(_SLOW, _FunctionType, _TENSOR, Record, Construct, partial, hook_after, stack_at, _grad_enabled,
-                   _enter_quiet, _leave_quiet, tls, apinames.respell, _writer_module)
+    _apicall.setup(_SLOW, _FunctionType, _TENSOR, Record, Construct, hook_after, stack_at, _grad_enabled, _enter_quiet,
+                   _leave_quiet, tls, apinames.respell, _writer_module)
     _fast_call = _apicall.call
 del _writer_module

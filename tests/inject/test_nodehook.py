@@ -88,6 +88,44 @@ def test_the_hooks_see_and_hand_on_what_torchs_python_hooks_do(compiled):
     assert torch.equal(ours[0][1][0], ours[1][2][0])
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled autograd"])
+@needs_binary
+def test_post_calls_its_hook_with_the_arguments_it_holds_before_the_gradients(compiled):
+    """post(t, fn, *bound) calls fn(*bound, grad_inputs, grad_outputs), as torch calls a partial(fn, *bound)
+    registered on the node; under compiled autograd it hands the graph such a partial. At most six bound."""
+    import functools
+
+    def run(native: bool) -> list:
+        seen: list = []
+
+        def after(key, record, grad_inputs, grad_outputs):
+            seen.append((key, record, _copies(grad_inputs), _copies(grad_outputs)))
+
+        torch.manual_seed(0)
+        x = torch.randn(3, 4, requires_grad=True)
+        y = x @ torch.randn(4, 2)
+        key = "Torch.matmul.0.backward"
+        if native:
+            assert _native().post(y, after, key, True) is True
+        else:
+            y.grad_fn.register_hook(functools.partial(after, key, True))
+        loss = (y * y).sum()
+        if compiled:
+            with compiled_autograd._enable(torch.compile(backend="eager")):
+                loss.backward()
+        else:
+            loss.backward()
+        return seen
+
+    ours, torchs = run(True), run(False)
+    assert len(ours) == len(torchs) == 1 and ours[0][:2] == torchs[0][:2] == ("Torch.matmul.0.backward", True)
+    assert _same(ours[0][2], torchs[0][2]) and _same(ours[0][3], torchs[0][3])
+    y = torch.randn(2, requires_grad=True) * 2
+    with pytest.raises(TypeError):
+        _native().post(y, print, *range(7))
+    assert _native().post(y, print, *range(6)) is True
+
+
 @needs_binary
 def test_a_hook_that_raises_changes_nothing_and_raises_nothing():
     def boom(*args):
