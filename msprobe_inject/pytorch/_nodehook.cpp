@@ -2,9 +2,9 @@
 //
 // torch registers a Python hook on a node through Function._register_hook: a RemovableHandle, an OrderedDict and,
 // the first time, a PyFunction{Pre,Post}Hook over that dict (~16,500 instructions each; a recorded API call adds one,
-// a module call two). These add the same C++ hook torch's would wrap the callable in, holding the callable alone:
-// it is called as torch calls a node hook (fn(grad_outputs) before the node, fn(grad_inputs, grad_outputs) after
-// it), its result is ignored and its exception cleared (the tool's hooks never change a gradient nor raise into
+// a module call two). These add the same C++ hook torch's would wrap the callable in, holding the callable (and
+// the arguments post binds before the gradients): it is called as torch calls a node hook (fn(grad_outputs) before
+// the node, fn(*bound, grad_inputs, grad_outputs) after it), its result is ignored and its exception cleared (the tool's hooks never change a gradient nor raise into
 // backward), and under compiled autograd it hands the callable to the compiled graph as torch's own hooks do.
 // Built against the torch it runs with, and loaded only for that torch (nodehook.py).
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -119,14 +119,6 @@ struct PostHook : FunctionPostHook {
     args.add_post_hook(held.handed());
   }
 };
-
-bool two_args(PyObject* const* args, Py_ssize_t n, const char* usage) {
-  if (n != 2 || !THPVariable_Check(args[0]) || !PyCallable_Check(args[1])) {
-    PyErr_SetString(PyExc_TypeError, usage);
-    return false;
-  }
-  return true;
-}
 
 }  // namespace
 
