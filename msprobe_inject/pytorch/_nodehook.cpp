@@ -4,8 +4,9 @@
 // the first time, a PyFunction{Pre,Post}Hook over that dict (~16,500 instructions each; a recorded API call adds one,
 // a module call two). These add the same C++ hook torch's would wrap the callable in, holding the callable (and
 // the arguments post binds before the gradients): it is called as torch calls a node hook (fn(grad_outputs) before
-// the node, fn(*bound, grad_inputs, grad_outputs) after it), its result is ignored and its exception cleared (the tool's hooks never change a gradient nor raise into
-// backward), and under compiled autograd it hands the callable to the compiled graph as torch's own hooks do.
+// the node, fn(*bound, grad_inputs, grad_outputs) after it), its result is ignored and its exception cleared (the
+// tool's hooks never change a gradient nor raise into backward), and under compiled autograd it hands the callable
+// to the compiled graph as torch's own hooks do.
 // Built against the torch it runs with, and loaded only for that torch (nodehook.py).
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <torch/csrc/PyInterpreter.h>
