@@ -1754,7 +1754,7 @@ gate(PyObject *t, int mode, int threads, Py_ssize_t n, int f32, int strided, int
     if ((mode == MODE_MD5 || mode == MODE_XOR) && n > E.max_numel)
         return 0;
     if (strides != NULL) /* the TensorImpl's own (cxx_meta) */
-        return zero_strides_of(strides, ndim) ? 2 : ndim <= 8 ? permuted_dense_of(sizes, strides, (int)ndim) : 0;
+        return zero_strides_of(strides, ndim) ? 2 : permuted_dense_of(sizes, strides, (int)ndim);
     if (zero_strides(t))
         return 2;
     return permuted_dense(t);

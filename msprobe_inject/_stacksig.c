@@ -113,6 +113,12 @@ typedef struct {
 
 static PyTypeObject Table_type;
 
+static inline size_t
+table_size(const Table *t)
+{
+    return t->mask ? t->mask + 1 : 0;
+}
+
 static inline uint64_t
 words_hash(const uint64_t *w, size_t nwords)
 {
@@ -136,15 +142,20 @@ slot_for(const Table *t, uint64_t hash, const void *words, size_t nbytes)
     }
 }
 
+/* the value of the signature whose hash and words are given: borrowed, NULL where the table has none */
+static PyObject *
+value_of(const Table *t, uint64_t hash, const void *words, size_t nbytes)
+{
+    if (t->used == 0)
+        return NULL;
+    Slot *s = slot_for(t, hash, words, nbytes);
+    return s->key != NULL ? s->value : NULL;
+}
+
 static PyObject *
 find(PyObject *table, const uint64_t *words, size_t n)
 {
-    const Table *t = (const Table *)table;
-    if (t->used == 0)
-        return NULL;
-    size_t nbytes = sizeof(uint64_t) * 2 * n;
-    Slot *s = slot_for(t, words_hash(words, 2 * n), words, nbytes);
-    return s->key != NULL ? s->value : NULL;
+    return value_of((const Table *)table, words_hash(words, 2 * n), words, sizeof(uint64_t) * 2 * n);
 }
 
 /* a signature given from Python: bytes whose length is a multiple of 16, hashed as find hashes a walk's words */
@@ -164,14 +175,13 @@ key_words(PyObject *key, const uint64_t **words, size_t *nbytes, uint64_t *hash)
 static int
 grow(Table *t)
 {
-    size_t size = t->mask ? 2 * (t->mask + 1) : 64;
+    size_t oldsize = table_size(t), size = oldsize ? 2 * oldsize : 64;
     Slot *slots = PyMem_Calloc(size, sizeof(Slot));
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     Slot *old = t->slots;
-    size_t oldsize = t->mask ? t->mask + 1 : 0;
     t->slots = slots;
     t->mask = size - 1;
     for (size_t i = 0; i < oldsize; i++) {
@@ -198,7 +208,7 @@ table_set(Table *t, PyObject *key, PyObject *value)
         PyErr_SetString(PyExc_TypeError, "a stack table's entries are not deleted one by one: clear() it");
         return -1;
     }
-    if (2 * (t->used + 1) > (t->mask ? t->mask + 1 : 0) && grow(t) < 0)
+    if (2 * (t->used + 1) > table_size(t) && grow(t) < 0)
         return -1;
     Slot *s = slot_for(t, hash, words, nbytes);
     PyObject *old = s->value;
@@ -216,7 +226,7 @@ static void
 table_empty(Table *t)
 {
     Slot *slots = t->slots;
-    size_t size = t->mask ? t->mask + 1 : 0;
+    size_t size = table_size(t);
     t->slots = NULL;
     t->mask = 0;
     t->used = 0;
@@ -240,8 +250,7 @@ table_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 static int
 table_traverse(Table *t, visitproc visit, void *arg)
 {
-    size_t size = t->mask ? t->mask + 1 : 0;
-    for (size_t i = 0; i < size; i++) {
+    for (size_t i = 0; i < table_size(t); i++) {
         Py_VISIT(t->slots[i].key);
         Py_VISIT(t->slots[i].value);
     }
@@ -277,10 +286,7 @@ table_lookup(Table *t, PyObject *key)
     uint64_t hash;
     if (key_words(key, &words, &nbytes, &hash) < 0)
         return NULL;
-    if (t->used == 0)
-        return NULL;
-    Slot *s = slot_for(t, hash, words, nbytes);
-    return s->key != NULL ? s->value : NULL;
+    return value_of(t, hash, words, nbytes);
 }
 
 static PyObject *

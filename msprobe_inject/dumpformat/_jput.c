@@ -1052,12 +1052,13 @@ jstack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* stack_at(writer, key, skip) -> bool: DumpWriter.stack for a stack seen before, in one call from the recording
- * frame: the frame `skip` levels above the caller's (sys._getframe(skip) there), its signature by the function
- * stack_setup gave (_stacksig.sig), and under the writer's hand-off lock (_blk) its lookup in writer._stacks and
- * jstack's tail. False, having changed nothing: no setup, a stack not seen before (DumpWriter.stack formats it),
- * or a journal jstack leaves to the Python path. An error is the caller's, the lock released. */
-static PyObject *F_sig, *s_blk, *s_wstacks, *s_acquire, *s_release;
-static StackSigAPI *SAPI; /* the walk and the table's lookup, where stack_setup found _stacksig's */
+ * frame: the frame `skip` levels above the caller's (sys._getframe(skip) there), its signature's words by
+ * _stacksig's walk (the words _stacksig.sig makes bytes of), and under the writer's hand-off lock (_blk) their lookup
+ * in writer._stacks (a _stacksig.Table by the words, a dict by their bytes) and jstack's tail. False, having changed
+ * nothing: no setup, a stack not seen before (DumpWriter.stack formats it), or a journal jstack leaves to the Python
+ * path. An error is the caller's, the lock released. */
+static PyObject *s_blk, *s_wstacks, *s_acquire, *s_release;
+static StackSigAPI *SAPI; /* _stacksig's walk and table lookup, set by stack_setup given its sig */
 
 
 /* ---- the hand-off lock (DumpWriter._blk): a reentrant lock the journal's C takes inline ----
@@ -1314,7 +1315,7 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *w = args[0], *key = args[1];
-    if (F_sig == NULL || T_stack == NULL)
+    if (SAPI == NULL || T_stack == NULL)
         Py_RETURN_FALSE;
     long skip = PyLong_AsLong(args[2]);
     if (skip < 0) {
@@ -1333,29 +1334,23 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_FALSE;
     /* the signature's words on this C stack, looked up in the writer's _stacksig.Table as they are; its bytes made
      * only for a table of another type (a dict) */
-    uint64_t local[2 * STACKSIG_LOCAL], *words = NULL;
+    uint64_t local[2 * STACKSIG_LOCAL];
     size_t n = 0;
-    PyObject *sig = NULL;
-    if (SAPI != NULL)
-        words = SAPI->walk(f, local, &n);
-    else
-        sig = PyObject_CallOneArg(F_sig, (PyObject *)f);
+    uint64_t *words = SAPI->walk(f, local, &n);
     Py_DECREF(f);
-    if (words == NULL && sig == NULL)
+    if (words == NULL)
         return NULL;
-    PyObject *lock = acquire_blk(w), *stacks = NULL, *known = NULL, *res = NULL;
+    PyObject *sig = NULL, *lock = acquire_blk(w), *stacks = NULL, *known = NULL, *res = NULL;
     if (lock == NULL)
         goto done;
     if ((stacks = attrs_get(w, s_wstacks)) != NULL) {
-        if (SAPI != NULL && Py_IS_TYPE(stacks, SAPI->table_type)) {
+        if (Py_IS_TYPE(stacks, SAPI->table_type)) {
             known = SAPI->find(stacks, words, n);
         } else if (!PyDict_CheckExact(stacks)) {
             res = NEW_REF(Py_False);
-        } else {
-            if (sig == NULL)
-                sig = PyBytes_FromStringAndSize((const char *)words, (Py_ssize_t)(sizeof(uint64_t) * 2 * n));
-            if (sig != NULL)
-                known = PyDict_GetItemWithError(stacks, sig);
+        } else if ((sig = PyBytes_FromStringAndSize((const char *)words, (Py_ssize_t)(sizeof(uint64_t) * 2 * n)))
+                   != NULL) {
+            known = PyDict_GetItemWithError(stacks, sig);
         }
         if (known != NULL) {
             PyObject *a[3] = {w, key, known};
@@ -1374,7 +1369,7 @@ jstack_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_CLEAR(res);
 done:
     Py_XDECREF(sig);
-    if (words != NULL && words != local)
+    if (words != local)
         PyMem_Free(words);
     return res;
 }
@@ -1432,21 +1427,23 @@ jpost_setup(PyObject *self, PyObject *send)
     return set_callable(&F_wsend, send, "post_setup(send)");
 }
 
-/* stack_setup(sig): the stack signature's function stack_at calls */
+/* stack_setup(sig): the writer's stack signature; stack_at takes _stacksig's walk where sig is that module's own
+ * (the same words), and declines any other (DumpWriter.stack calls it) */
 static PyObject *
 jstack_setup(PyObject *self, PyObject *sig)
 {
-    PyObject *r = set_callable(&F_sig, sig, "stack_setup(sig)");
-    if (r != NULL) { /* its walk in C where sig is _stacksig's own: the words it would make bytes of */
-        StackSigAPI *api = stacksig_api_import();
-        PyObject *m = api != NULL ? PyImport_ImportModule("msprobe_inject._stacksig") : NULL;
-        PyObject *own = m != NULL ? PyObject_GetAttrString(m, "sig") : NULL;
-        SAPI = own == sig ? api : NULL;
-        Py_XDECREF(own);
-        Py_XDECREF(m);
-        PyErr_Clear();
+    if (!PyCallable_Check(sig)) {
+        PyErr_SetString(PyExc_TypeError, "stack_setup(sig)");
+        return NULL;
     }
-    return r;
+    StackSigAPI *api = stacksig_api_import();
+    PyObject *m = api != NULL ? PyImport_ImportModule("msprobe_inject._stacksig") : NULL;
+    PyObject *own = m != NULL ? PyObject_GetAttrString(m, "sig") : NULL;
+    SAPI = own == sig ? api : NULL;
+    Py_XDECREF(own);
+    Py_XDECREF(m);
+    PyErr_Clear();
+    Py_RETURN_NONE;
 }
 
 /* attr_misses(): this module's reads that went through the attribute protocol (_attrs.h), for its tests */

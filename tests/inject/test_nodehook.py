@@ -40,6 +40,14 @@ def _same(a, b) -> bool:
                                     for x, y in zip(a, b))
 
 
+def _backward(loss, compiled: bool) -> None:
+    if compiled:
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            loss.backward()
+    else:
+        loss.backward()
+
+
 def _graph(native: bool, seen: list, compiled: bool = False):
     """x @ w (x without grad: a None among the node's grad_inputs), a hook after its node, an alias hooked before
     its node, a user's tensor hook that doubles the gradient; returns w's gradient."""
@@ -64,12 +72,7 @@ def _graph(native: bool, seen: list, compiled: bool = False):
         v.grad_fn.register_prehook(before)
     assert v.grad_fn.name() == "AliasBackward0" and v._base is y
     v.register_hook(lambda g: g * 2)
-    loss = (v * v).sum()
-    if compiled:
-        with compiled_autograd._enable(torch.compile(backend="eager")):
-            loss.backward()
-    else:
-        loss.backward()
+    _backward((v * v).sum(), compiled)
     return w.grad
 
 
@@ -109,12 +112,7 @@ def test_post_calls_its_hook_with_the_arguments_it_holds_before_the_gradients(co
             assert _native().post(y, after, key, True) is True
         else:
             y.grad_fn.register_hook(functools.partial(after, key, True))
-        loss = (y * y).sum()
-        if compiled:
-            with compiled_autograd._enable(torch.compile(backend="eager")):
-                loss.backward()
-        else:
-            loss.backward()
+        _backward((y * y).sum(), compiled)
         return seen
 
     ours, torchs = run(True), run(False)
