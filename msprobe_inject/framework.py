@@ -99,5 +99,9 @@ class Framework(Protocol):
     def on_step(self) -> None:
         """A step ended: drop per-step caches."""
 
+    def want_module_calls(self) -> None:
+        """The recorder needs to see module calls again (``Recorder.module_calls_needed``): hooks an adapter took
+        out while nothing needed them are put back."""
+
     def restore(self) -> None:
         """Remove every hook and wrapper this adapter installed."""

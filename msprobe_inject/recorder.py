@@ -125,6 +125,8 @@ class Recorder:
         if token_range is not None and self.token_range is None:
             self.writer.log_error(f"start(token_range=...) is not supported for {self.fw.name}; dumping every call")
         self._token_count = 0
+        if self.module_calls_needed():  # a token range now: the adapter's module hooks back if it took them out
+            self.fw.want_module_calls()
         if self.cfg.level == "debug" or not s.step_selected() or not s.rank_selected():
             s.running = False
             self.set_api(False)
@@ -217,6 +219,17 @@ class Recorder:
         if not self.session.running and not self.session.ended and not self._auto_started:
             self._auto_started = True
             self.start(lazy=True)
+
+    def module_calls_needed(self) -> bool:
+        """Whether anything of the recording needs to see module calls now: module records (the levels L0 and mix,
+        module_dump), a token range counted in the model's calls, zero-code's start at the first top-level call and
+        its step at each top-level forward's end. An API level's job needs none once started; the adapter may then
+        take its module hooks out (torch's module call without hooks is the cheaper path)."""
+        if self.module_level or self.token_range is not None:
+            return True
+        if self.zero_code and not self.manual:
+            return not self._auto_started or self.cfg.step_on == "forward"
+        return False
 
     def step_boundary(self, when: str) -> None:
         """An optimizer step ("optimizer") or a top-level forward ("forward") ended: zero-code runs step here

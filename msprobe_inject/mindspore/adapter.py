@@ -56,6 +56,9 @@ class MindSporeFramework:
     def on_step(self) -> None:
         self.cells.on_step()
 
+    def want_module_calls(self) -> None:
+        """The cells' hooks are never taken out: nothing to put back."""
+
     # ---- models ----
     @staticmethod
     def models(model: Any) -> Iterable[Tuple[Optional[int], Any]]:

@@ -54,6 +54,9 @@ has_attr(PyObject *o, PyObject *name)
 
 static PyObject *SLOW, *T_function, *T_tensor, *T_record, *T_construct, *F_hook_after, *F_stack_at,
     *F_grad, *F_enter, *F_leave, *TLS, *F_respell, *M_writer, *V_one, *V_zero;
+/* the module hooks are out (ApiHooks.recompute_by_frames): a call inside a backward pass goes to the Python */
+static int BY_FRAMES;
+static PyObject *F_graph_task;
 static PyObject *s_known, *s_hooks, *s_rec, *s_busy, *s_in_api, *s_api_on, *s_session, *s_running, *s_forked,
     *s_api_counts, *s_filters, *s_active, *s_encoder, *s_some_files, *s_entries, *s_ctx, *s_devices, *s_finish,
     *s_fwd, *s_inp, *s_outp, *s_extra, *s_writer, *s_stack, *s_ready_kind, *s_dump, *s_stopped, *s_ensure_open,
@@ -639,6 +642,16 @@ apicall_call(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         r = plain_true(TLS, s_in_api);
     if (r != 0)
         goto through;
+    if (BY_FRAMES) { /* the module hooks are out: a call inside a backward pass may be a recomputation, the Python's */
+        PyObject *g = F_graph_task != NULL ? PyObject_CallNoArgs(F_graph_task) : NULL;
+        long task = g != NULL ? PyLong_AsLong(g) : -2;
+        Py_XDECREF(g);
+        if (task != -1) {
+            PyErr_Clear();
+            res = Py_NewRef(SLOW);
+            goto done;
+        }
+    }
     if ((hooks = attrs_get(mode, s_hooks)) == NULL || (rec = attrs_get(hooks, s_rec)) == NULL)
         goto done;
     if ((r = attrs_true(rec, s_api_on)) <= 0)
@@ -882,7 +895,7 @@ apicall_backward(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
  * body then runs the hook as it always did (modules.py and recorder.py stay the owners of what a module record is;
  * the parity tests in tests/inject/pytorch/test_apicall.py compare the two). A failure once the hook has begun to
  * change things is logged as the Python logs it (ModuleHooks._c_failed) and never raised into the user's forward. */
-static PyObject *F_graph_task, *T_frame, *T_merge, *RAISED;
+static PyObject *T_frame, *T_merge, *RAISED;
 static PyObject *s_named, *s_module_level, *s_api_suspended, *s_module_counts, *s_depth, *s_mframes, *s_module_bwd,
     *s_pgrads, *s_params_on, *s_acc, *s_param_grad_hooks, *s_parameters, *s_fkey, *s_prefix, *s_c_failed,
     *s_pre_failed, *s_hook_failed, *s_token_range;
@@ -1618,6 +1631,16 @@ apicall_attr_set(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+apicall_recompute_by_frames(PyObject *self, PyObject *on)
+{
+    int r = PyObject_IsTrue(on);
+    if (r < 0)
+        return NULL;
+    BY_FRAMES = r;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))apicall_call, METH_FASTCALL,
      "call(mode, func, args, kwargs): a recorded API call's common case, or the SLOW sentinel"},
@@ -1631,6 +1654,8 @@ static PyMethodDef methods[] = {
     {"param_grad", (PyCFunction)(void (*)(void))modcall_param_grad, METH_FASTCALL,
      "param_grad(hooks, prefix, pname, pref, ...): a parameter gradient's hook"},
     {"module_setup", modcall_setup, METH_VARARGS, "module_setup(...): the objects the module hooks use"},
+    {"recompute_by_frames", apicall_recompute_by_frames, METH_O,
+     "recompute_by_frames(on): whether a call inside a backward pass is left to the Python (the module hooks out)"},
     {"attr", (PyCFunction)(void (*)(void))apicall_attr, METH_FASTCALL, "attr(o, name): o.name as the calls read it"},
     {"attr_misses", apicall_attr_misses, METH_NOARGS,
      "attr_misses(): how many of this module's attribute reads went through the attribute protocol so far"},

@@ -65,7 +65,7 @@ class TorchFramework:
     # ---- hooks ----
     def install(self, rec: Recorder) -> None:
         self.apis = ApiHooks(rec)
-        self.modules = ModuleHooks(rec)
+        self.modules = ModuleHooks(rec, self.apis)
         self.stepping = OptimizerHooks(rec, self.apis)
         self.modules.install()
         self.stepping.install()
@@ -81,6 +81,9 @@ class TorchFramework:
 
     def on_step(self) -> None:
         self._encoder.cache.clear()
+
+    def want_module_calls(self) -> None:
+        self.modules.put_back()
 
     # ---- models ----
     @staticmethod

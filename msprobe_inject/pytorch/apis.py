@@ -32,6 +32,28 @@ _FunctionType = type(lambda: None)
 _UNSEEN = object()
 _TENSOR = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+# where a module forward runs (nn.Module.__call__ calls it, hooks or not), and where a backward pass begins on the
+# calling thread (an autograd worker thread's stack begins inside the pass)
+_MODULE_CALL = torch.nn.Module._call_impl.__code__
+_PASS_BEGINS = frozenset(f.__code__ for f in (getattr(torch.autograd.graph, "_engine_run_backward", None),
+                                              torch.autograd.backward, torch.autograd.grad) if f is not None)
+
+
+def _recomputing(frame: Any) -> bool:
+    """Whether a call inside a backward pass is made by a module forward begun inside that pass: activation
+    checkpointing's recomputation (reentrant or not), the same calls again, not new ones. What the module hooks'
+    recompute count says when they are in place; found from the frames when they are out. A custom autograd
+    function's backward, or a module forward that itself runs a backward pass, finds no module call before the
+    pass's beginning."""
+    while frame is not None:
+        code = frame.f_code
+        if code is _MODULE_CALL:
+            return True
+        if code in _PASS_BEGINS:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def _first_tensor(value):
@@ -85,6 +107,12 @@ class DumpMode(TorchFunctionMode):
         h = self.hooks
         if tls.busy or tls.in_api or not h.rec.api_on:
             return func(*args, **kwargs)
+        if h.by_frames and _graph_task() != -1 and _recomputing(sys._getframe(1)):
+            tls.in_api = True  # what the module hooks set for a recomputation: the calls inside it pass through
+            try:
+                return func(*args, **kwargs)
+            finally:
+                tls.in_api = False
         if info is _UNSEEN:
             info = h.resolve(func, args)
             if info is None:
@@ -120,6 +148,14 @@ class ApiHooks:
         self._backward_body = self._on_backward  # bound once (see _register_backward)
         # the C common case's node hook: _on_backward's steps in C (_apicall.backward), this object bound once
         self._backward_c = partial(_apicall.backward, self) if _apicall is not None else self._on_backward
+        self.by_frames = False  # the module hooks are out: a recomputation is found from the frames
+
+    def recompute_by_frames(self, on: bool) -> None:
+        """The module hooks taken out (on) or put back: a call inside a backward pass then finds whether it is a
+        recomputation itself (the C common case leaves such a call to the Python above)."""
+        self.by_frames = on
+        if _apicall is not None:
+            _apicall.recompute_by_frames(on)
 
     def set_api(self, on: bool) -> None:
         if on and not self.mode_pushed:

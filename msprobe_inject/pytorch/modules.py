@@ -12,11 +12,10 @@ import torch
 from ..dumpformat import names
 from ..recorder import ModuleFrame, Recorder
 from ..writer import Merge
-from .apis import _SLOW, _apicall
+from .apis import _SLOW, ApiHooks, _apicall, _graph_task
 from .state import COMPILER, dynamo_compiling, hook_single, tls
 
 _STRIDED = torch.strided
-_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 _RAISED = object()  # torch calls an always_call hook without kwargs when forward raised
 _RECOMPUTE = object()  # the frame of a module forward run again by activation checkpointing
 _ABSENT = object()  # getattr's default where None is a value of its own (a main_grad of None)
@@ -210,8 +209,10 @@ class ModuleHooks:
     # interpreter's managed one, which _attrs.h reads through the attribute protocol; the rest in __dict__
     __slots__ = ("rec", "_named", "_acc", "__dict__", "__weakref__")
 
-    def __init__(self, rec: Recorder):
+    def __init__(self, rec: Recorder, apis: ApiHooks):
         self.rec = rec
+        self.apis = apis
+        self.out = False  # the global hooks taken out (take_out): nothing needs module calls
         self.names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
         self._named = self.names.data  # its dict, by weak reference
         self.md_prefix: Optional[str] = None  # module_dump(): the one module recorded
@@ -229,7 +230,28 @@ class ModuleHooks:
                             if _fwd_hook_kwargs() else mm.register_module_forward_hook(self._post_nokw,
                                                                                      always_call=True))
 
+    def take_out(self) -> None:
+        """The global hooks removed while the recorder needs no module call (an API level's job once started, see
+        Recorder.module_calls_needed): torch then calls each module on its path without hooks, where the hooks'
+        path cost an API-level call about a fifth of its instructions. Taken out at the end of a top-level call,
+        so that no hook of a call in progress is missed on this thread. A recomputation is then found by the
+        API calls (ApiHooks.recompute_by_frames)."""
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.out = True
+        self.apis.recompute_by_frames(True)
+
+    def put_back(self) -> None:
+        """The global hooks again, where take_out removed them: something needs module calls."""
+        if not self.out:
+            return
+        self.out = False
+        self.apis.recompute_by_frames(False)
+        self.install()
+
     def restore(self) -> None:
+        self.out = False
         for h in self.handles:
             h.remove()
         self.handles.clear()
@@ -296,7 +318,7 @@ class ModuleHooks:
                     rec.top_level_call(module)
                 if rec.token_range is not None and id(module) in rec.hooked_models:
                     rec.token_tick()
-                if rec.pgrads and rec.session.running and _compiled(module):
+                if rec.pgrads and rec.module_level and rec.session.running and _compiled(module):
                     self._compiled_param_hooks(module)
             except Exception as exc:
                 rec.log(f"module pre-hook failed: {type(exc).__name__}: {exc}")
@@ -351,8 +373,11 @@ class ModuleHooks:
                     tls.in_api = tls.recompute_in_api
                 return None
             if frame is None:
-                if not raised and tls.depth == 0 and id(module) in rec.hooked_models and rec.session.running:
-                    rec.step_boundary("forward")
+                if not raised and tls.depth == 0:
+                    if id(module) in rec.hooked_models and rec.session.running:
+                        rec.step_boundary("forward")
+                    if not rec.module_calls_needed():
+                        self.take_out()
                 return None
             if raised:
                 rec.module_abandon(frame)

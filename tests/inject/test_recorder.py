@@ -125,6 +125,9 @@ class FakeFramework:
     def on_step(self) -> None:
         self.steps += 1
 
+    def want_module_calls(self) -> None:
+        pass
+
     def restore(self) -> None:
         self.restored = True
 
@@ -413,3 +416,24 @@ def test_a_record_asks_ensure_open_only_while_no_directory_is_ready_or_the_write
     rec.stop()
     d = _data(tmp_path)["data"]
     assert len(d) == 20 and d["Functional.relu.09.forward"]["output"][0]["value"] == 9
+
+
+def test_module_calls_are_needed_by_module_records_and_by_zero_code_until_its_start(tmp_path):
+    """Recorder.module_calls_needed, which lets an adapter take its module hooks out: the module levels always;
+    an API level only for zero-code's start at the first top-level call, or its step at each forward's end."""
+    needed = {}
+    for level in ("L0", "mix", "L1"):
+        rec, fw = _recorder(tmp_path / level, level=level)
+        needed[level] = rec.module_calls_needed()
+        rec.start(model=object())
+        needed[level] = (needed[level], rec.module_calls_needed())
+    assert needed == {"L0": (True, True), "mix": (True, True), "L1": (False, False)}
+    for step_on, after in (("optimizer", False), ("forward", True)):
+        fw = FakeFramework()
+        rec = Recorder(config.build_config({"dump_path": str(tmp_path / step_on), "level": "L1", "step_on": step_on}),
+                       fw, zero_code=True)
+        assert rec.module_calls_needed()  # the first top-level call starts the dump
+        rec.top_level_call(object())
+        assert rec.module_calls_needed() is after, step_on
+        rec.manual = True  # the script made its own debugger: it starts and steps
+        assert not rec.module_calls_needed()

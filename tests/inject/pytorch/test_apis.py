@@ -176,3 +176,51 @@ debugger.stop(); debugger.step()
     keys = [k.rsplit(".", 2)[0] for k in load_dump(str(tmp_path / "d"))["data"] if k.endswith(".forward")]
     assert keys == ["Tensor.__mul__", "Tensor.__rmul__", "Tensor.__mul__", "Tensor.__rmul__", "Tensor.__pow__",
                     "Tensor.__rpow__"] * 2, keys
+
+
+def test_a_call_inside_a_backward_pass_is_a_recomputation_when_a_module_forward_began_inside_the_pass(tmp_path):
+    """apis._recomputing, which the API calls ask inside a backward pass while the module hooks are out: true inside
+    activation checkpointing's recomputed module forward (reentrant or not), false in a custom function's backward,
+    also when the pass itself was begun inside a module forward."""
+    code = PREAMBLE + """
+from torch.utils.checkpoint import checkpoint
+from msprobe_inject.pytorch.apis import _recomputing
+seen = []
+
+def look(where):
+    if torch._C._current_graph_task_id() != -1:
+        seen.append((where, _recomputing(sys._getframe())))
+
+class Block(nn.Module):
+    def forward(self, x):
+        look("recomputed forward")
+        return torch.relu(x * 2)
+
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        look("custom backward")
+        return g * 2
+
+class Runs(nn.Module):
+    def forward(self, x):  # a backward pass begun inside a module forward
+        leaf = x.detach().requires_grad_()
+        torch.autograd.grad(Twice.apply(leaf).sum(), [leaf])
+        return x
+
+block = Block()
+for reentrant in (False, True):
+    x = torch.randn(3, requires_grad=True)
+    checkpoint(block, x, use_reentrant=reentrant).sum().backward()
+Twice.apply(torch.randn(3, requires_grad=True)).sum().backward()
+Runs()(torch.randn(3))
+print("SEEN", json.dumps(seen))
+"""
+    proc = run_py(code, str(tmp_path))
+    seen = json.loads(proc.stdout.split("SEEN ")[1])
+    assert seen == [["recomputed forward", True], ["recomputed forward", True], ["custom backward", False],
+                    ["custom backward", False]], seen

@@ -326,3 +326,29 @@ print("NORM", float(top[1].weight.grad.norm()))
     norm = float(proc.stdout.split("NORM")[1])
     assert abs(d["Module.1.Linear.parameters_grad.0"]["weight"][0]["Norm"] - norm) < 1e-5
 
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_a_compiled_model_has_the_records_of_its_eager_run_and_its_hooks_leave_at_l1(tmp_path, level):
+    """A compiled model's parameter gradients are module records (levels L0 and mix), as its eager run's; at L1 the
+    global module hooks are taken out after the first forward and the API records stay those of the eager run."""
+    code = PREAMBLE + """
+from torch.nn.modules import module as mm
+debugger = PrecisionDebugger(dump_path=sys.argv[1], level=sys.argv[2])
+m = Net()
+if sys.argv[3] == "compiled":
+    m = torch.compile(m, backend="eager")
+for _ in range(2):
+    debugger.start(model=m)
+    m(torch.randn(5, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+print("HOOKS", len(mm._global_forward_pre_hooks) + len(mm._global_forward_hooks))
+"""
+    keys = {}
+    for how in ("eager", "compiled"):
+        proc = run_py(code, str(tmp_path), args=(how, level, how), timeout=240)
+        assert f"HOOKS {0 if level == 'L1' else 2}" in proc.stdout, proc.stdout
+        keys[how] = sorted(k for k in load_dump(str(tmp_path / how), step=1)["data"] if "parameters_grad" in k)
+    expected = [] if level == "L1" else ["Module.fc1.Linear.parameters_grad.0", "Module.fc2.Linear.parameters_grad.0"]
+    assert keys == {"eager": expected, "compiled": expected}, keys
