@@ -76,6 +76,7 @@ def module_dump(module: torch.nn.Module, dump_name: str) -> None:
     rt.set_api(False)
     if rt.cfg.level not in ("L0", "mix"):
         rt.module_level = True
+        rt.fw.want_module_calls()  # an API level's hooks may be out since its first forward
 
 
 def module_dump_end() -> None:

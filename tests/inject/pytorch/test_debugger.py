@@ -160,10 +160,14 @@ debugger.stop(); debugger.step()
                                                         "Tensor.__mul__.0.forward"]
 
 
-def test_module_dump(tmp_path):
-    code = PREAMBLE + """
+@pytest.mark.parametrize("before", ["", "m(torch.randn(2, 4))"])
+def test_module_dump(tmp_path, before):
+    """With a forward before it, the L1 module hooks are out (nothing needed module calls): module_dump puts them
+    back."""
+    code = PREAMBLE + f"""
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 m = Net()
+{before}
 debugger.start()
 module_dump(m.fc1, "first")
 m(torch.randn(2, 4)).sum().backward()
@@ -178,10 +182,14 @@ debugger.stop(); debugger.step()
     assert "Torch.relu.0.forward" in d
 
 
-def test_token_range_dumps_only_chosen_forwards(tmp_path):
-    code = PREAMBLE + """
+@pytest.mark.parametrize("before", ["", "debugger.start(model=m); m(torch.randn(1, 4)); debugger.stop()"])
+def test_token_range_dumps_only_chosen_forwards(tmp_path, before):
+    """After a call without a token range the L1 module hooks are out: start(token_range=...) puts them back."""
+    code = PREAMBLE + f"""
 debugger = PrecisionDebugger(dump_path="d", level="L1")
 m = Net()
+{before}
+debugger.step()
 with torch.no_grad():
     debugger.start(model=m, token_range=[1, 2])
     for _ in range(4):
@@ -189,7 +197,7 @@ with torch.no_grad():
     debugger.stop(); debugger.step()
 """
     run_py(code, str(tmp_path))
-    d = load_dump(str(tmp_path / "d"))["data"]
+    d = load_dump(str(tmp_path / "d"), step=1)["data"]
     assert sorted(k for k in d if k.startswith("Functional.linear")) == [
         "Functional.linear.0.forward", "Functional.linear.1.forward", "Functional.linear.2.forward",
         "Functional.linear.3.forward"]
