@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from util import PREAMBLE, load_dump, run_py
 
 
@@ -90,10 +91,12 @@ print("LOOKED", len(looked))
     assert out.endswith("LOOKED 1\n"), out
 
 
-def test_torch_compile_runs_without_recompiles(tmp_path):
-    code = PREAMBLE + """
+@pytest.mark.parametrize("level", ["mix", "L1"])
+def test_torch_compile_runs_without_recompiles(tmp_path, level):
+    """At L1 too, where the module hooks leave after the first forward."""
+    code = PREAMBLE + f"""
 import torch._dynamo as dyn
-debugger = PrecisionDebugger(dump_path="d", level="mix")
+debugger = PrecisionDebugger(dump_path="d", level="{level}")
 torch.manual_seed(0)
 m = Net()
 cm = torch.compile(m)
@@ -110,7 +113,7 @@ print("LOSSES", json.dumps(losses))
 """
     proc = run_py(code, str(tmp_path))
     assert int(proc.stdout.split("RECOMPILES")[1].split()[0]) == 0
-    ref = run_py(code.replace('debugger = PrecisionDebugger(dump_path="d", level="mix")',
+    ref = run_py(code.replace(f'debugger = PrecisionDebugger(dump_path="d", level="{level}")',
                               "debugger = type('D', (), {'start': lambda *a, **k: None, 'stop': lambda *a: None, "
                               "'step': lambda *a: None})()"), str(tmp_path))
     assert proc.stdout.split("LOSSES")[1] == ref.stdout.split("LOSSES")[1]
