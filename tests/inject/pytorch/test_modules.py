@@ -352,3 +352,32 @@ print("HOOKS", len(mm._global_forward_pre_hooks) + len(mm._global_forward_hooks)
         keys[how] = sorted(k for k in load_dump(str(tmp_path / how), step=1)["data"] if "parameters_grad" in k)
     expected = [] if level == "L1" else ["Module.fc1.Linear.parameters_grad.0", "Module.fc2.Linear.parameters_grad.0"]
     assert keys == {"eager": expected, "compiled": expected}, keys
+
+
+@pytest.mark.parametrize("step_on", ["optimizer", "forward"])
+def test_zero_code_at_l1_steps_with_the_module_hooks_out_unless_it_steps_on_forwards(tmp_path, step_on):
+    """Zero-code at L1: the first top-level call starts the dump and, stepping on the optimizer, the module hooks
+    leave when it ends; every step still has its records. Stepping on forwards needs each forward's end: they stay."""
+    from launch_util import BOOT
+    from util import clean_env
+
+    code = PREAMBLE + """
+from torch.nn.modules import module as mm
+m = Net()
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(3):
+    loss = m(torch.randn(5, 4)).sum()
+    if sys.argv[1] == "optimizer":
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+print("HOOKS", len(mm._global_forward_pre_hooks) + len(mm._global_forward_hooks))
+"""
+    env = clean_env(MSPROBE_DUMP_PATH=str(tmp_path / "d"), MSPROBE_LEVEL="L1", MSPROBE_STEP_ON=step_on)
+    env["PYTHONPATH"] = BOOT + os.pathsep + env["PYTHONPATH"]
+    proc = run_py(code, str(tmp_path), env=env, args=(step_on,))
+    assert f"HOOKS {2 if step_on == 'forward' else 0}" in proc.stdout, proc.stdout
+    for step in range(3):
+        data = load_dump(str(tmp_path / "d"), step=step)["data"]
+        assert "Functional.linear.0.forward" in data and "Functional.linear.1.forward" in data, (step, sorted(data))
+        assert ("Functional.linear.0.backward" in data) == (step_on == "optimizer"), (step, sorted(data))
