@@ -9,8 +9,9 @@
  *
  * Table: the writer's table of known stacks, signature (bytes from sig) -> value. A dict would do, but its lookup
  * needs the bytes object made and its SipHash taken at every recorded call (the bytes are new each time), a cost
- * that grows with the depth: ~800 instructions per call in benchmarks/percall.py's shallow loop. The journal's stack_at walks into a buffer on its C stack and looks the words up here
- * (_stacksig.h), hashed by a multiply-xor pass of a few cycles a frame; Python reads and fills it as a mapping. */
+ * that grows with the depth: ~800 instructions per call in benchmarks/percall.py's shallow loop. The journal's
+ * stack_at walks into a buffer on its C stack and looks the words up here (_stacksig.h), hashed by a multiply-xor
+ * pass of a few cycles a frame; Python reads and fills it as a mapping. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
