@@ -206,6 +206,19 @@ encode(PyObject *enc, PyObject *value, PyObject *pending)
     return got;
 }
 
+/* body[key] = e, a body whose values the collector does not follow left untracked: a dict becomes tracked on the
+ * insertion of any list or dict, tracked or not (_fastats leaves those it builds untracked where nothing in them is),
+ * and the writer's untrack (_fastats.untrack, per record sent) would walk it again to find that out */
+static int
+set_flat(PyObject *body, PyObject *key, PyObject *e)
+{
+    int flat = !PyObject_GC_IsTracked(body) && !PyObject_GC_IsTracked(e);
+    int r = PyDict_SetItem(body, key, e);
+    if (r == 0 && flat && PyObject_GC_IsTracked(body))
+        PyObject_GC_UnTrack(body);
+    return r;
+}
+
 /* body[key] = the value's entries (encode above) */
 static int
 put_entries(PyObject *enc, PyObject *body, PyObject *key, PyObject *value, PyObject *pending)
@@ -213,7 +226,7 @@ put_entries(PyObject *enc, PyObject *body, PyObject *key, PyObject *value, PyObj
     PyObject *e = encode(enc, value, pending);
     if (e == NULL)
         return -1;
-    int r = PyDict_SetItem(body, key, e);
+    int r = set_flat(body, key, e);
     Py_DECREF(e);
     return r;
 }
@@ -295,7 +308,7 @@ capture_inputs(PyObject *rec, PyObject *enc, PyObject *body, PyObject *pending, 
         Py_XDECREF(kw);
     } else {
         PyObject *empty = PyDict_New();
-        r = empty == NULL ? -1 : PyDict_SetItem(body, s_input_kwargs, empty);
+        r = empty == NULL ? -1 : set_flat(body, s_input_kwargs, empty);
         Py_XDECREF(empty);
     }
     if (r < 0)

@@ -473,3 +473,49 @@ print("RETURNED")
     assert logs["c"] == logs["py"]
     assert "Module.fc1.Linear.forward.3" in data["c"]  # the next call recorded again
     assert data["c"] == data["py"]
+
+
+def test_a_record_body_made_in_c_reaches_the_writer_untracked_where_nothing_in_it_is_tracked(tmp_path):
+    """The C call builds a record's body from _fastats' lists and dicts, which the collector does not follow: the body
+    is left untracked as it is built (a dict becomes tracked on the insertion of any list), so the writer's untrack
+    finds it so without walking it. The Python path's bodies are tracked until that untrack; every body ends
+    untracked. (A bfloat16 record, whose figures the Python encoder reads later, goes through the writer's Python
+    send and its own untrack.)"""
+    code = WAY + """
+import gc
+from msprobe_inject import writer
+from msprobe_inject.dumpformat import journal
+seen = {}  # each Record's key: whether its body was tracked when sent, and after the writer's untrack
+def spy(ev, _real=writer.untrack):
+    before = gc.is_tracked(ev[1]) if type(ev) is writer.Record else None
+    out = _real(ev)
+    if before is not None:
+        seen[ev[0]] = [before, gc.is_tracked(ev[1])]
+    return out
+journal._send_setup(writer.Record, writer.Merge, writer.Construct, spy, writer._BATCH,
+                    *((writer.Stack,) if writer._cstack is not None else ()))
+debugger = PrecisionDebugger(dump_path="d", level="L1")
+debugger.start()
+x = torch.randn(3, 4, requires_grad=True)
+xb = torch.randn(3, 4, dtype=torch.bfloat16, requires_grad=True)
+for _ in range(2):  # the first call of each callable is the Python path's (it names the callable): mul.0 and mul.1
+    torch.mul(x, 2).sum().backward()  # float32: mul.2 the C's
+    torch.mul(xb, 3).sum().backward()  # bfloat16: mul.1 and mul.3, not journaled in C
+debugger.stop()
+print("RETURNED")
+print(json.dumps(seen))
+"""
+    got = {}
+    for way in ("c", "py"):
+        (tmp_path / way).mkdir()
+        out = run_py(code, str(tmp_path / way), args=(way,)).stdout
+        if "NO-C" in out:
+            pytest.skip("the C common case is not built here")
+        got[way] = json.loads(out.strip().splitlines()[-1])
+    c, py = got["c"], got["py"]
+    assert sorted(c) == sorted(py) == sorted(f"{name}.{i}.{way}" for name in ("Torch.mul", "Tensor.sum")
+                                             for i in (0, 2) for way in ("forward", "backward")), (c, py)
+    assert all(after is False for _, after in c.values()) and all(after is False for _, after in py.values())
+    for key in ("Torch.mul.2.forward", "Torch.mul.2.backward", "Tensor.sum.2.forward", "Tensor.sum.2.backward"):
+        assert c[key] == [False, False] and py[key] == [True, False], (key, c[key], py[key])
+    assert c["Torch.mul.0.forward"] == [True, False]  # the first call's record: the Python path's
